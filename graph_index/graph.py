@@ -1,0 +1,172 @@
+"""The knowledge graph in HippoRAG 2's structure, as an undirected weighted igraph.
+
+Vertices: one per passage (in passage order), then one per entity (sorted by normalised name). Edges, one per
+vertex pair with the weights summed over what links the pair:
+
+* fact: subject — object of every extracted triple, weight 2 per occurrence (HippoRAG 2 stores each fact as two
+  parallel edges);
+* mention: passage — every entity extracted from it, weight 1;
+* title: passage — the entity its title names, weight ``title_entity_weight`` (the larger of this and the
+  mention weight counts, not their sum);
+* synonym: entity — entity with cosine ≥ threshold, weight cosine × the number of ends keeping the pair.
+
+``kinds`` on each edge is a bitmask of the above, so retrieval and statistics can tell the edges apart.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import igraph as ig
+
+from routerag.config import GraphConfig
+from routerag.corpus import Passage
+
+from .normalize import normalize_phrase
+from .openie.base import OpenIEResult, Triple
+
+FACT, MENTION, TITLE, SYNONYM = 1, 2, 4, 8
+KIND_NAMES = {FACT: "fact", MENTION: "mention", TITLE: "title", SYNONYM: "synonym"}
+FACT_WEIGHT = 2.0
+PASSAGE_PREFIX, ENTITY_PREFIX = "p:", "e:"
+MENTION_WEIGHT = 1.0
+
+
+@dataclass(slots=True)
+class GraphContent:
+    """Normalised OpenIE of a whole corpus: what the graph is made of, before synonymy."""
+
+    entities: list[str]
+    """Sorted entity names (normalised)."""
+    facts: list[Triple]
+    """Sorted unique normalised triples."""
+    passage_entities: list[list[str]]
+    """Per passage: the entities extracted from it (its mentions), sorted."""
+    passage_facts: list[list[Triple]]
+    title_entity: list[str | None]
+    fact_counts: Counter = field(default_factory=Counter)
+    """(subject, object) → number of (passage, triple) occurrences."""
+
+    def entity_passage_counts(self) -> list[int]:
+        """Per entity, how many passages link to it (by mention or title): HippoRAG 2 divides a seed entity's
+        weight by this, so that hub entities do not swamp the PageRank."""
+        counts = dict.fromkeys(self.entities, 0)
+        for ents, title in zip(self.passage_entities, self.title_entity):
+            linked = set(ents)
+            if title is not None:
+                linked.add(title)
+            for e in linked:
+                counts[e] += 1
+        return [counts[e] for e in self.entities]
+
+
+def fact_text(fact: Triple) -> str:
+    """The sentence a fact is embedded as (queries are matched against these)."""
+    return " ".join(fact)
+
+
+def collect_content(passages: Sequence[Passage], results: Sequence[OpenIEResult], cfg: GraphConfig) -> GraphContent:
+    """Normalise every passage's entities and triples and gather the corpus-level node and fact sets."""
+    entities: set[str] = set()
+    facts: set[Triple] = set()
+    passage_entities: list[list[str]] = []
+    passage_facts: list[list[Triple]] = []
+    titles: list[str | None] = []
+    fact_counts: Counter = Counter()
+    for passage, res in zip(passages, results, strict=True):
+        mentioned: set[str] = set()
+        triples: set[Triple] = set()
+        for s, r, o in res.triples:
+            t = (normalize_phrase(s), normalize_phrase(r), normalize_phrase(o))
+            if t[0] and t[2] and t[1]:
+                triples.add(t)
+                mentioned.add(t[0])
+                mentioned.add(t[2])
+        for e in res.entities:
+            k = normalize_phrase(e)
+            if k:
+                mentioned.add(k)
+        title = normalize_phrase(passage.title) if cfg.title_entity_weight > 0 else ""
+        titles.append(title or None)
+        if title:
+            entities.add(title)
+        entities |= mentioned
+        facts |= triples
+        for s, _, o in triples:
+            if s != o:
+                fact_counts[(s, o) if s < o else (o, s)] += 1
+        passage_entities.append(sorted(mentioned))
+        passage_facts.append(sorted(triples))
+    return GraphContent(entities=sorted(entities), facts=sorted(facts), passage_entities=passage_entities,
+                        passage_facts=passage_facts, title_entity=titles, fact_counts=fact_counts)
+
+
+def build_graph(
+    passages: Sequence[Passage],
+    content: GraphContent,
+    synonyms: dict[tuple[str, str], float],
+    cfg: GraphConfig,
+) -> ig.Graph:
+    """Assemble the igraph graph from the corpus content and the synonym edges."""
+    n_pass = len(passages)
+    ent_index = {e: n_pass + j for j, e in enumerate(content.entities)}
+    weights: dict[tuple[int, int], float] = {}
+    kinds: dict[tuple[int, int], int] = {}
+
+    def add(a: int, b: int, w: float, kind: int, combine: str = "sum") -> None:
+        if a == b or w <= 0:
+            return
+        pair = (a, b) if a < b else (b, a)
+        old = weights.get(pair)
+        if old is None:
+            weights[pair] = w
+        elif combine == "max":
+            weights[pair] = max(old, w)
+        else:
+            weights[pair] = old + w
+        kinds[pair] = kinds.get(pair, 0) | kind
+
+    for (s, o), count in content.fact_counts.items():
+        add(ent_index[s], ent_index[o], FACT_WEIGHT * count, FACT)
+    for p, ents in enumerate(content.passage_entities):
+        for e in ents:
+            add(p, ent_index[e], MENTION_WEIGHT, MENTION, "max")
+    for p, title in enumerate(content.title_entity):
+        if title is not None:
+            add(p, ent_index[title], cfg.title_entity_weight, TITLE, "max")
+    for (a, b), w in synonyms.items():
+        add(ent_index[a], ent_index[b], w, SYNONYM)
+
+    pairs = sorted(weights)
+    g = ig.Graph(n=n_pass + len(content.entities), edges=pairs, directed=False)
+    # Prefixed names keep passage ids and entity names from colliding ("paris" the id vs "paris" the city).
+    g.vs["name"] = [PASSAGE_PREFIX + p.id for p in passages] + [ENTITY_PREFIX + e for e in content.entities]
+    g.vs["kind"] = ["passage"] * n_pass + ["entity"] * len(content.entities)
+    g.es["weight"] = [weights[p] for p in pairs]
+    g.es["kinds"] = [kinds[p] for p in pairs]
+    return g
+
+
+def graph_stats(g: ig.Graph) -> dict[str, int | float]:
+    """Counts that say whether a graph is healthy: edges per kind, isolated passages, components."""
+    kinds = g.es["kinds"] if g.ecount() else []
+    per_kind = {name: sum(1 for k in kinds if k & bit) for bit, name in KIND_NAMES.items()}
+    is_passage = [k == "passage" for k in g.vs["kind"]] if g.vcount() else []
+    degree = g.degree()
+    n_passages = sum(is_passage)
+    isolated = sum(1 for d, isp in zip(degree, is_passage) if isp and d == 0)
+    comps = g.connected_components() if g.vcount() else []
+    return {
+        "nodes": g.vcount(),
+        "edges": g.ecount(),
+        "passage_nodes": n_passages,
+        "entity_nodes": g.vcount() - n_passages,
+        **{f"{name}_edges": n for name, n in per_kind.items()},
+        "isolated_passages": isolated,
+        "components": len(comps),
+        "largest_component": max((len(c) for c in comps), default=0),
+        "mean_entity_degree": round(
+            sum(d for d, isp in zip(degree, is_passage) if not isp) / max(g.vcount() - n_passages, 1), 3),
+    }

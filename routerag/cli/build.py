@@ -1,0 +1,200 @@
+"""``routerag build-graph``, ``routerag info`` and ``routerag index add|delete``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from ..config import BuildConfig, load_settings
+from .common import console, handle_errors, print_json, setup_logging
+
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML file with build settings.")]
+SkipBadOpt = Annotated[bool, typer.Option("--skip-bad", help="Skip and count malformed corpus records.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("build-graph")(build_graph_cmd)
+    app.command("info")(info_cmd)
+    index_app = typer.Typer(help="Change an existing index without a full rebuild.", no_args_is_help=True)
+    index_app.command("add")(index_add_cmd)
+    index_app.command("delete")(index_delete_cmd)
+    app.add_typer(index_app, name="index")
+
+
+def _settings(config: Path | None, **overrides: Any) -> BuildConfig:
+    return load_settings(BuildConfig, config, **overrides)
+
+
+@handle_errors
+def build_graph_cmd(
+    corpus: Annotated[list[Path], typer.Argument(help="Corpus files: .jsonl, or .json lists of {title, text}.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Index directory to create.")],
+    extractor: Annotated[Optional[str], typer.Option(help="OpenIE extractor: cpu (spaCy) or llm.")] = None,
+    embedder: Annotated[Optional[str], typer.Option(
+        help="minilm (embedded), a local folder, a Hugging Face name, or openai:MODEL.")] = None,
+    embed_base_url: Annotated[Optional[str], typer.Option(help="Base URL of an OpenAI-compatible embeddings API.")] = None,
+    llm_base_url: Annotated[Optional[str], typer.Option(help="Base URL of the OpenIE LLM (OpenAI-compatible).")] = None,
+    llm_model: Annotated[Optional[str], typer.Option(help="Model name of the OpenIE LLM.")] = None,
+    llm_backend: Annotated[Optional[str], typer.Option(help="openai (any compatible server) or vllm (offline).")] = None,
+    openie_results: Annotated[Optional[Path], typer.Option(
+        help="Import precomputed OpenIE (HippoRAG's results JSON); passages not in it are extracted.")] = None,
+    index_type: Annotated[Optional[str], typer.Option(help="Dense index: flat, ivf or hnsw.")] = None,
+    synonymy_threshold: Annotated[Optional[float], typer.Option(help="Cosine for synonymy edges (0.8).")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="CPU extractor processes (default: one per core).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of OpenIE and embeddings.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
+    skip_bad: SkipBadOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing index at --out.")] = False,
+    config: ConfigOpt = None,
+    verbose: VerboseOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Build the dense passage index and the OpenIE knowledge graph over a corpus."""
+    setup_logging(verbose)
+    from graph_index.builder import build_index
+
+    cfg = _settings(
+        config,
+        corpus={"skip_bad": skip_bad or None},
+        embedder={"name": embedder, "base_url": embed_base_url},
+        extractor={"kind": extractor, "llm_base_url": llm_base_url, "llm_model": llm_model,
+                   "llm_backend": llm_backend, "n_process": workers},
+        dense={"kind": index_type},
+        graph={"synonymy_threshold": synonymy_threshold},
+        cache_dir=cache_dir,
+        use_cache=False if no_cache else None,
+    )
+    if cfg.extractor.kind == "llm" and not (cfg.extractor.llm_model and (cfg.extractor.llm_base_url
+                                                                          or cfg.extractor.llm_backend == "vllm")):
+        raise ValueError("--extractor llm needs --llm-model and --llm-base-url (or --llm-backend vllm)")
+    manifest = build_index(corpus, out, cfg, openie_results=openie_results, force=force, progress=not json_out)
+    _report(manifest, out, "built", json_out)
+
+
+@handle_errors
+def index_add_cmd(
+    index: Annotated[Path, typer.Argument(help="Index directory.")],
+    corpus: Annotated[list[Path], typer.Argument(help="Corpus files with the passages to add.")],
+    openie_results: Annotated[Optional[Path], typer.Option(help="Precomputed OpenIE for the new passages.")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of OpenIE and embeddings.")] = None,
+    skip_bad: SkipBadOpt = False,
+    config: ConfigOpt = None,
+    verbose: VerboseOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Add passages to an index; the result equals a full rebuild of the combined corpus."""
+    setup_logging(verbose)
+    from graph_index.builder import add_to_index
+
+    cfg = _settings(config, corpus={"skip_bad": skip_bad or None}, cache_dir=cache_dir)
+    manifest = add_to_index(index, corpus, cfg, openie_results=openie_results, progress=not json_out)
+    _report(manifest, index, "updated", json_out)
+
+
+@handle_errors
+def index_delete_cmd(
+    index: Annotated[Path, typer.Argument(help="Index directory.")],
+    ids: Annotated[Optional[list[str]], typer.Option("--ids", help="Passage ids (repeat, or comma-separate).")] = None,
+    ids_file: Annotated[Optional[Path], typer.Option(help="File with one passage id per line.")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of OpenIE and embeddings.")] = None,
+    config: ConfigOpt = None,
+    verbose: VerboseOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Delete passages by id; the result equals a full rebuild without them."""
+    setup_logging(verbose)
+    from graph_index.builder import delete_from_index
+
+    wanted = [i.strip() for chunk in (ids or []) for i in chunk.split(",") if i.strip()]
+    if ids_file is not None:
+        wanted += [line.strip() for line in ids_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not wanted:
+        raise ValueError("give the passage ids to delete with --ids or --ids-file")
+    cfg = _settings(config, cache_dir=cache_dir)
+    manifest = delete_from_index(index, wanted, cfg, progress=not json_out)
+    _report(manifest, index, "updated", json_out)
+
+
+@handle_errors
+def info_cmd(
+    index: Annotated[Path, typer.Argument(help="Index directory.")],
+    top: Annotated[int, typer.Option(help="How many hub entities to list.")] = 10,
+    json_out: JsonOpt = False,
+) -> None:
+    """Print an index's manifest and graph statistics."""
+    from graph_index.store import IndexData
+
+    from graph_index.graph import graph_stats
+
+    data = IndexData(index)
+    g = data.graph
+    stats = graph_stats(g)
+    n_pass = stats["passage_nodes"]
+    degree = g.degree()
+    hubs = sorted(range(n_pass, g.vcount()), key=lambda v: -degree[v])[:top]
+    hub_list = [{"entity": data.entities[v - n_pass], "degree": degree[v],
+                 "passages": int(data.entity_passage_counts[v - n_pass])} for v in hubs]
+    if json_out:
+        print_json({"path": str(index), "manifest": data.manifest, "graph": stats, "hubs": hub_list})
+        return
+    m = data.manifest
+    console.print(f"[bold]{index}[/]  created {m['created']}, updated {m['updated']}")
+    console.print(f"embedder  {m['embedder']['identity']} (dim {m['embedder']['dim']})")
+    console.print(f"extractor {m['extractor']['identity']}")
+    console.print(f"dense     {m['dense_index']}")
+    console.print(_counts_table(stats, "graph"))
+    t = Table(title=f"top {len(hub_list)} entities by degree")
+    for col in ("entity", "degree", "passages"):
+        t.add_column(col, justify="left" if col == "entity" else "right")
+    for h in hub_list:
+        t.add_row(h["entity"], str(h["degree"]), str(h["passages"]))
+    console.print(t)
+
+
+def _counts_table(counts: dict[str, Any], title: str) -> Table:
+    t = Table(title=title, show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    for k, v in counts.items():
+        t.add_row(k.replace("_", " "), f"{v:,}" if isinstance(v, int) else str(v))
+    return t
+
+
+def _report(manifest: dict[str, Any], out: Path, verb: str, json_out: bool) -> None:
+    if json_out:
+        print_json(manifest)
+        return
+    c = manifest["counts"]
+    corpus = manifest.get("corpus") or {}
+    oie = manifest.get("openie") or {}
+    console.print(f"[bold green]{verb}[/] {out}")
+    summary = {
+        "passages": c["passages"],
+        "entities": c["entities"],
+        "facts": c["facts"],
+        "synonymy edges": c["synonymy_edges"],
+        "graph nodes / edges": f"{c['nodes']:,} / {c['edges']:,}",
+    }
+    if corpus:
+        summary["duplicates dropped"] = corpus.get("duplicates", 0)
+        summary["bad records skipped"] = corpus.get("skipped", 0)
+    if oie:
+        summary["openie extracted / cached / imported"] = (
+            f"{oie.get('extracted', 0)} / {oie.get('cached', 0)} / {oie.get('imported', 0)}")
+        summary["openie failures"] = oie.get("failed_total", 0)
+    summary["peak RSS (MB)"] = manifest.get("peak_rss_mb", "")
+    console.print(_counts_table(summary, "index"))
+    t = Table(title="seconds per stage")
+    t.add_column("stage")
+    t.add_column("s", justify="right")
+    total = 0.0
+    for stage, s in manifest["timings_s"].items():
+        t.add_row(stage, f"{s:.2f}")
+        total += s
+    t.add_row("[bold]total[/]", f"[bold]{total:.2f}[/]")
+    console.print(t)

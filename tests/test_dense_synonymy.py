@@ -1,0 +1,69 @@
+"""The FAISS passage index kinds, and the synonymy invariant behind incremental updates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graph_index.dense import build_dense_index, gpu_available, maybe_to_gpu
+from graph_index.synonymy import select_synonyms, synonym_edges
+from routerag.config import DenseIndexConfig, GraphConfig
+from routerag.embedders import normalize_rows
+
+
+def unit(rng: np.random.Generator, n: int, d: int = 32) -> np.ndarray:
+    return normalize_rows(rng.standard_normal((n, d)).astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw"])
+def test_each_index_kind_finds_the_query_itself(kind: str) -> None:
+    x = unit(np.random.default_rng(0), 3000)
+    index = build_dense_index(x, DenseIndexConfig(kind=kind, ivf_nprobe=64))
+    _, ids = index.search(x[:50], 1)
+    assert (ids[:, 0] == np.arange(50)).mean() >= 0.95
+
+
+def test_ivf_on_a_tiny_corpus_falls_back_to_flat() -> None:
+    x = unit(np.random.default_rng(1), 20)
+    index = build_dense_index(x, DenseIndexConfig(kind="ivf"))
+    assert index.ntotal == 20 and type(index).__name__ == "IndexFlatIP"
+
+
+def test_gpu_is_optional() -> None:
+    index = build_dense_index(unit(np.random.default_rng(2), 10), DenseIndexConfig())
+    if gpu_available():
+        pytest.skip("a GPU is present; the CPU-only path is what this checks")
+    assert maybe_to_gpu(index, DenseIndexConfig(use_gpu="auto")) is index
+    with pytest.raises(RuntimeError, match="gpu extra"):
+        maybe_to_gpu(index, DenseIndexConfig(use_gpu="always"))
+
+
+def clustered(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Vectors in tight clusters, so many pairs pass the threshold and the neighbour cap bites."""
+    centres = unit(rng, max(n // 6, 1))
+    pts = centres[rng.integers(0, len(centres), n)] + 0.12 * rng.standard_normal((n, centres.shape[1]))
+    return normalize_rows(pts.astype(np.float32))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_incremental_synonyms_equal_a_full_recomputation(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cfg = GraphConfig(synonymy_threshold=0.8, synonymy_max_neighbors=3, synonymy_min_alnum=3)
+    vecs = clustered(rng, 240)
+    names = [f"entity {i:03d}" for i in range(240)] + ["ab"]  # "ab": too short for synonymy
+    vecs = np.vstack([vecs, vecs[:1]])
+    old = sorted(rng.choice(241, 180, replace=False).tolist())
+    new = sorted(set(rng.choice(241, 200, replace=False).tolist()))
+    old_keys, new_keys = [names[i] for i in old], [names[i] for i in new]
+    prev, _ = select_synonyms(old_keys, vecs[old], cfg)
+    full, _ = select_synonyms(new_keys, vecs[new], cfg)
+    inc, stats = select_synonyms(new_keys, vecs[new], cfg, previous=prev, previous_keys=set(old_keys))
+    assert inc == full
+    assert stats.recomputed < len(new_keys)
+    assert any(len(v) == 3 for v in full.values())  # the cap was exercised
+    assert "ab" not in full
+
+
+def test_synonym_edge_weight_counts_the_ends_that_keep_it() -> None:
+    edges = synonym_edges({"a": [("b", 0.9)], "b": [("a", 0.9)], "c": [("a", 0.85)]})
+    assert edges == {("a", "b"): pytest.approx(1.8), ("a", "c"): pytest.approx(0.85)}
