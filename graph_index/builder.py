@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from routerag.cache import DiskCache
-from routerag.config import BuildConfig
+from routerag.config import Settings
 from routerag.corpus import CorpusError, LoadReport, Passage, load_corpus
 from routerag.embedders import CachedEmbedder, Embedder, embedder_identity, make_embedder
 
@@ -58,7 +58,7 @@ class Timer:
 class Components:
     """Models a build may need, created on first use so a fully cached run loads no extractor."""
 
-    cfg: BuildConfig
+    cfg: Settings
     embedder: Embedder | None = None
     extractor: Extractor | None = None
     cache: DiskCache | None = None
@@ -82,7 +82,7 @@ class Components:
 def build_index(
     corpus_paths: Sequence[str | Path],
     out: Path,
-    cfg: BuildConfig,
+    cfg: Settings,
     *,
     openie_results: Path | None = None,
     force: bool = False,
@@ -107,7 +107,7 @@ def build_index(
 def add_to_index(
     index_dir: Path,
     corpus_paths: Sequence[str | Path],
-    cfg: BuildConfig | None = None,
+    cfg: Settings | None = None,
     *,
     openie_results: Path | None = None,
     progress: bool = True,
@@ -134,7 +134,7 @@ def add_to_index(
 def delete_from_index(
     index_dir: Path,
     ids: Sequence[str],
-    cfg: BuildConfig | None = None,
+    cfg: Settings | None = None,
     *,
     progress: bool = True,
     components: Components | None = None,
@@ -159,12 +159,12 @@ def delete_from_index(
                      op={"op": "delete", "deleted": len(wanted)}, report=None, ostats=None)
 
 
-def config_for_update(prev: store.IndexData, cfg: BuildConfig | None) -> BuildConfig:
+def config_for_update(prev: store.IndexData, cfg: Settings | None) -> Settings:
     """The configuration an update must use: the index's own models and graph settings (so the result equals a
     rebuild), with this run's cache, corpus handling and credentials."""
     saved = prev.manifest["config"]
-    base = cfg or BuildConfig()
-    merged = BuildConfig.model_validate({
+    base = cfg or Settings()
+    merged = Settings.model_validate({
         **saved,
         "corpus": base.corpus.model_dump(),
         "cache_dir": base.cache_dir,
@@ -304,8 +304,8 @@ def _extractor_identity(comp: Components, results: list[OpenIEResult]) -> str:
     return ",".join(sources) or "none"
 
 
-def _config_for_manifest(cfg: BuildConfig) -> dict[str, Any]:
-    d = cfg.model_dump(mode="json", exclude={"cache_dir": True, "use_cache": True, "corpus": True,
+def _config_for_manifest(cfg: Settings) -> dict[str, Any]:
+    d = cfg.model_dump(mode="json", exclude={"cache_dir": True, "use_cache": True, "corpus": True, "retrieval": True,
                                              "embedder": {"api_key"}, "extractor": {"llm_api_key"}})
     return d
 

@@ -5,7 +5,9 @@ vertex pair with the weights summed over what links the pair:
 
 * fact: subject — object of every extracted triple, weight 2 per occurrence (HippoRAG 2 stores each fact as two
   parallel edges);
-* mention: passage — every entity extracted from it, weight 1;
+* mention: passage — every entity extracted from it, weight ``mention_weight`` (1, as in HippoRAG 2) for a
+  specific entity (named somewhere in the corpus, or the title of a page) and ``common_mention_weight`` for any
+  other (a common noun such as "form");
 * title: passage — the entity its title names, weight ``title_entity_weight`` (the larger of this and the
   mention weight counts, not their sum);
 * synonym: entity — entity with cosine ≥ threshold, weight cosine × the number of ends keeping the pair.
@@ -24,14 +26,13 @@ import igraph as ig
 from routerag.config import GraphConfig
 from routerag.corpus import Passage
 
-from .normalize import normalize_phrase
+from .normalize import is_stopword_phrase, normalize_phrase
 from .openie.base import OpenIEResult, Triple
 
 FACT, MENTION, TITLE, SYNONYM = 1, 2, 4, 8
 KIND_NAMES = {FACT: "fact", MENTION: "mention", TITLE: "title", SYNONYM: "synonym"}
 FACT_WEIGHT = 2.0
 PASSAGE_PREFIX, ENTITY_PREFIX = "p:", "e:"
-MENTION_WEIGHT = 1.0
 
 
 @dataclass(slots=True)
@@ -48,6 +49,8 @@ class GraphContent:
     title_entity: list[str | None]
     fact_counts: Counter = field(default_factory=Counter)
     """(subject, object) → number of (passage, triple) occurrences."""
+    specific: set[str] = field(default_factory=set)
+    """Entities named by some extractor's NER, or titles of passages."""
 
     def entity_passage_counts(self) -> list[int]:
         """Per entity, how many passages link to it (by mention or title): HippoRAG 2 divides a seed entity's
@@ -75,20 +78,35 @@ def collect_content(passages: Sequence[Passage], results: Sequence[OpenIEResult]
     passage_facts: list[list[Triple]] = []
     titles: list[str | None] = []
     fact_counts: Counter = Counter()
+    specific: set[str] = set()
+    junk: dict[str, bool] = {}
+
+    def node(text: str) -> str:
+        """The node name of a phrase, or "" for one that cannot be a node (empty, or only function words)."""
+        k = normalize_phrase(text)
+        if k not in junk:
+            junk[k] = not k or is_stopword_phrase(k)
+        return "" if junk[k] else k
+
     for passage, res in zip(passages, results, strict=True):
         mentioned: set[str] = set()
         triples: set[Triple] = set()
         for s, r, o in res.triples:
-            t = (normalize_phrase(s), normalize_phrase(r), normalize_phrase(o))
+            t = (node(s), normalize_phrase(r), node(o))
             if t[0] and t[2] and t[1]:
                 triples.add(t)
                 mentioned.add(t[0])
                 mentioned.add(t[2])
         for e in res.entities:
-            k = normalize_phrase(e)
+            k = node(e)
             if k:
                 mentioned.add(k)
-        title = normalize_phrase(passage.title) if cfg.title_entity_weight > 0 else ""
+                specific.add(k)
+        title = node(passage.title)
+        if title:
+            specific.add(title)
+        if cfg.title_entity_weight <= 0:
+            title = ""
         titles.append(title or None)
         if title:
             entities.add(title)
@@ -100,7 +118,8 @@ def collect_content(passages: Sequence[Passage], results: Sequence[OpenIEResult]
         passage_entities.append(sorted(mentioned))
         passage_facts.append(sorted(triples))
     return GraphContent(entities=sorted(entities), facts=sorted(facts), passage_entities=passage_entities,
-                        passage_facts=passage_facts, title_entity=titles, fact_counts=fact_counts)
+                        passage_facts=passage_facts, title_entity=titles, fact_counts=fact_counts,
+                        specific=specific & entities)
 
 
 def build_graph(
@@ -132,7 +151,8 @@ def build_graph(
         add(ent_index[s], ent_index[o], FACT_WEIGHT * count, FACT)
     for p, ents in enumerate(content.passage_entities):
         for e in ents:
-            add(p, ent_index[e], MENTION_WEIGHT, MENTION, "max")
+            w = cfg.mention_weight if e in content.specific else cfg.common_mention_weight
+            add(p, ent_index[e], w, MENTION, "max")
     for p, title in enumerate(content.title_entity):
         if title is not None:
             add(p, ent_index[title], cfg.title_entity_weight, TITLE, "max")

@@ -72,8 +72,14 @@ class GraphConfig(BaseModel):
     """Each entity keeps at most this many synonyms (best first); an edge exists if either end keeps it."""
     synonymy_min_alnum: int = Field(3, ge=0)
     """Entities with fewer letters/digits than this get no synonymy edges (HippoRAG's guard)."""
-    title_entity_weight: float = Field(1.0, ge=0)
-    """Weight of the edge between a passage and the entity its title names; 0 disables the link."""
+    mention_weight: float = Field(1.0, ge=0)
+    """Passage–entity edge for a *specific* entity: one named somewhere in the corpus, or the title of a page."""
+    common_mention_weight: float = Field(0.1, ge=0)
+    """Passage–entity edge for any other entity (a common noun such as "form" or "work"): weak evidence that two
+    passages are about the same thing, so it should not carry much of the PageRank."""
+    title_entity_weight: float = Field(3.0, ge=0)
+    """Edge between a passage and the entity its title names, so mass reaching an entity flows on to the page about
+    it; 0 disables the link (pure HippoRAG 2)."""
 
 
 class DenseIndexConfig(BaseModel):
@@ -88,13 +94,51 @@ class DenseIndexConfig(BaseModel):
     use_gpu: Literal["auto", "never", "always"] = "auto"
 
 
+class RetrievalConfig(BaseModel):
+    """Query-time retrieval. Modes as RouteRAG defines them: ``passage`` (dense top-k), ``graph`` (HippoRAG 2's
+    fact-seeded Personalized PageRank) and ``hybrid`` (Reciprocal Rank Fusion of the two)."""
+
+    mode: Literal["passage", "graph", "hybrid"] = "hybrid"
+    top_k: int = Field(5, ge=1, le=1000)
+    fact_top_k: int = Field(5, ge=0)
+    """Facts matched to the query that seed the graph (HippoRAG 2's linking_top_k)."""
+    entity_seed_top_k: int = Field(0, ge=0)
+    """Entities of the matched facts that seed the PageRank, heaviest first; 0 keeps them all (HippoRAG 2 keeps 5:
+    with the CPU extractor, the bridge entity of a two-hop question is often the sixth)."""
+    query_entity_weight: float = Field(1.0, ge=0)
+    """Also seed entities named verbatim in the query (longest phrases first), with this weight divided by the
+    entity's passage count, as fact seeds are (HippoRAG 1's query linking; 0 = HippoRAG 2 exactly)."""
+    passage_node_weight: float = Field(0.05, ge=0)
+    """Dense scores (min-max normalised) × this seed the passage nodes."""
+    damping: float = Field(0.5, gt=0, lt=1)
+    ppr_tol: float = Field(1e-7, gt=0)
+    dense_seed_passages: int = Field(0, ge=0)
+    """Passages whose dense scores seed the graph: 0 = all (exact, HippoRAG 2); N = the FAISS top N (huge corpora)."""
+    rrf_k: int = Field(60, ge=1)
+    rrf_depth: int = Field(2, ge=1)
+    """Each list is taken to ``rrf_depth × k`` before fusion."""
+    batch_size: int = Field(256, ge=1)
+    """Queries per PPR batch (bounds memory: vertices × batch floats)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    ppr_backend: Literal["batched", "igraph"] = "batched"
+    """``igraph``: one prpack call per query, as HippoRAG 2 does (the reference the batched solver is checked and
+    benchmarked against)."""
+    max_query_chars: int = Field(4000, ge=1)
+    fact_filter: bool = False
+    """Let an LLM drop matched facts irrelevant to the query (HippoRAG 2's recognition memory); needs
+    ``fact_filter_base_url`` and ``fact_filter_model``."""
+    fact_filter_base_url: str | None = None
+    fact_filter_model: str | None = None
+    fact_filter_api_key: SecretStr | None = None
+
+
 class CorpusConfig(BaseModel):
     skip_bad: bool = False
     """Skip (and count) malformed records instead of failing on the first one."""
 
 
-class BuildConfig(BaseSettings):
-    """Everything ``routerag build-graph`` and ``routerag index`` need."""
+class Settings(BaseSettings):
+    """Every setting, one section per concern (a TOML config file has the same ``[sections]``)."""
 
     model_config = SettingsConfigDict(env_prefix="ROUTERAG_", env_nested_delimiter="__", extra="forbid")
 
@@ -103,6 +147,7 @@ class BuildConfig(BaseSettings):
     extractor: ExtractorConfig = ExtractorConfig()
     graph: GraphConfig = GraphConfig()
     dense: DenseIndexConfig = DenseIndexConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
     cache_dir: Path = Field(default_factory=default_cache_dir)
     use_cache: bool = True
 

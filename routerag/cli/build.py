@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from ..config import BuildConfig, load_settings
+from ..config import Settings, load_settings
 from .common import console, handle_errors, print_json, setup_logging
 
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML file with build settings.")]
@@ -26,8 +26,8 @@ def register(app: typer.Typer) -> None:
     app.add_typer(index_app, name="index")
 
 
-def _settings(config: Path | None, **overrides: Any) -> BuildConfig:
-    return load_settings(BuildConfig, config, **overrides)
+def _settings(config: Path | None, **overrides: Any) -> Settings:
+    return load_settings(Settings, config, **overrides)
 
 
 @handle_errors

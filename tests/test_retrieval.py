@@ -1,0 +1,160 @@
+"""The retriever: batched PPR equals igraph's prpack, RRF arithmetic, fallbacks, and a two-hop corpus where the
+graph finds a bridge passage that shares no word with the question."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import igraph as ig
+import numpy as np
+import pytest
+
+from graph_index.builder import build_index
+from routerag.config import RetrievalConfig
+from routerag.retrieval import QueryError, Retriever
+from routerag.retrieval.fusion import reciprocal_rank_fusion
+from routerag.retrieval.ppr import PPRSolver, chebyshev_steps, igraph_ppr
+
+FIX = Path(__file__).parent / "fixtures"
+QUESTION = "Which river flows through the city where Joran Veld was born?"
+
+
+# -- PPR ----------------------------------------------------------------------------------------------------------
+
+def random_graph(seed: int, n: int = 400, m: int = 1600) -> ig.Graph:
+    rng = np.random.default_rng(seed)
+    g = ig.Graph.Erdos_Renyi(n=n, m=m, directed=False)
+    g.add_vertices(3)  # isolated vertices: dangling mass must go back through the reset, as in prpack
+    g.es["weight"] = (rng.random(g.ecount()) * 3 + 0.1).tolist()
+    return g
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batched_ppr_matches_igraph_prpack(seed: int) -> None:
+    g = random_graph(seed)
+    rng = np.random.default_rng(seed + 100)
+    reset = np.zeros((g.vcount(), 6))
+    for j in range(6):
+        reset[rng.integers(0, g.vcount(), 4), j] = rng.random(4) + 0.1
+    reset[:, 5] += 0.002 * rng.random(g.vcount())  # a dense reset, as passage seeding makes
+    reset[g.vcount() - 1, 4] = 0.7  # mass on an isolated vertex
+    ours = PPRSolver.from_igraph(g, damping=0.5, device="cpu").solve(reset)
+    for j in range(6):
+        ref = igraph_ppr(g, reset[:, j], 0.5)
+        assert np.abs(ours[:, j] - ref).max() < 1e-4
+        assert list(np.argsort(-ours[:, j], kind="stable")[:10]) == list(np.argsort(-ref, kind="stable")[:10])
+        assert ours[:, j].sum() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_ppr_input_checks_and_step_count() -> None:
+    s = PPRSolver.from_igraph(random_graph(9, 20, 40), device="cpu")
+    with pytest.raises(ValueError, match="positive mass"):
+        s.solve(np.zeros(s.n))
+    with pytest.raises(ValueError, match="rows"):
+        s.solve(np.ones(s.n + 1))
+    assert chebyshev_steps(0.5, 1e-7) < 20 < np.log(1e-7) / np.log(0.5) + 1  # fewer than power iteration
+
+
+# -- RRF ----------------------------------------------------------------------------------------------------------
+
+def test_rrf_arithmetic_and_ties() -> None:
+    fused = dict(reciprocal_rank_fusion([["a", "b", "c"], ["c", "a", "d"]], k=60))
+    assert fused["a"] == pytest.approx(1 / 61 + 1 / 62)
+    assert fused["c"] == pytest.approx(1 / 63 + 1 / 61)
+    assert fused["b"] == pytest.approx(1 / 62)
+    assert fused["d"] == pytest.approx(1 / 63)
+    order = [d for d, _ in reciprocal_rank_fusion([["x", "y"], ["y", "x"]], k=60)]
+    assert order == ["x", "y"]  # equal scores: the better best rank, then the earlier list
+
+
+# -- the retriever on a two-hop corpus -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def twohop_index(tmp_path_factory, minilm, spacy_extractor):
+    from graph_index.builder import Components
+    from routerag.config import Settings
+
+    out = tmp_path_factory.mktemp("twohop") / "idx"
+    cfg = Settings(cache_dir=out.parent / "cache")
+    build_index([FIX / "twohop.jsonl"], out, cfg, progress=False,
+                components=Components(cfg, embedder=minilm, extractor=spacy_extractor))
+    return out
+
+
+@pytest.fixture(scope="module")
+def retriever(twohop_index, minilm) -> Retriever:
+    return Retriever(twohop_index, RetrievalConfig(device="cpu"), embedder=minilm)
+
+
+def rank_of(result, title: str) -> int:
+    titles = [d.title for d in result.docs]
+    return titles.index(title) + 1 if title in titles else 99
+
+
+def test_bridge_passage_shares_no_word_with_the_question() -> None:
+    import json
+
+    bridge = next(json.loads(l) for l in (FIX / "twohop.jsonl").read_text().splitlines() if '"Tarsk"' in l)
+    words = lambda s: {w.strip(".,;?").lower() for w in s.split()}  # noqa: E731
+    assert not words(bridge["text"] + " " + bridge["title"]) & words(QUESTION)
+
+
+def test_graph_mode_finds_the_bridge_dense_mode_misses(retriever: Retriever) -> None:
+    dense = retriever.search([QUESTION], mode="passage", k=10)[0]
+    graph = retriever.search([QUESTION], mode="graph", k=10)[0]
+    hybrid = retriever.search([QUESTION], mode="hybrid", k=10)[0]
+    gold = ("Joran Veld", "Tarsk")
+    recall = lambda res, k: sum(rank_of(res, t) <= k for t in gold) / 2  # noqa: E731
+    assert recall(graph, 3) == 1.0  # both hops in the graph's top 3...
+    assert recall(dense, 5) == 0.5  # ...while dense finds only the passage that names Joran Veld
+    assert rank_of(graph, "Tarsk") < rank_of(dense, "Tarsk")
+    assert rank_of(hybrid, "Tarsk") < rank_of(dense, "Tarsk")
+    assert ("joran veld", "born in", "tarsk") in [f for f, _ in graph.facts]
+    assert graph.fallback is None
+
+
+def test_results_carry_scores_timings_and_batches_equal_single_queries(retriever: Retriever) -> None:
+    qs = [QUESTION, "What does Kesh trade?", "glass"]
+    batch = retriever.search(qs, mode="hybrid", k=3)
+    for q, res in zip(qs, batch):
+        single = retriever.search([q], mode="hybrid", k=3)[0]
+        assert [d.id for d in single.docs] == [d.id for d in res.docs]
+        assert len(res.docs) == 3 and res.mode == "hybrid"
+        assert {"embed", "dense", "seeds", "ppr", "fuse"} <= set(res.timings_ms)
+        scores = [d.score for d in res.docs]
+        assert scores == sorted(scores, reverse=True)
+    doc = batch[0].to_json()
+    assert set(doc) == {"query", "mode", "docs", "ms"} and set(doc["docs"][0]) == {"id", "title", "text", "score"}
+
+
+def test_batched_solver_equals_the_igraph_reference_end_to_end(retriever: Retriever, twohop_index, minilm) -> None:
+    ref = Retriever(twohop_index, RetrievalConfig(device="cpu", ppr_backend="igraph"), embedder=minilm)
+    for q in (QUESTION, "amber harbour", "painters"):
+        a = retriever.search([q], mode="graph", k=10)[0]
+        b = ref.search([q], mode="graph", k=10)[0]
+        assert [d.id for d in a.docs] == [d.id for d in b.docs]
+        assert np.allclose([d.score for d in a.docs], [d.score for d in b.docs], atol=1e-4)
+
+
+def test_query_that_links_to_no_entity_falls_back_to_dense_seeds(retriever: Retriever) -> None:
+    no_facts = Retriever(retriever.data, RetrievalConfig(device="cpu", fact_top_k=0), embedder=retriever.embedder)
+    res = no_facts.search(["xylophone quantum zebra"], mode="graph", k=3)[0]
+    assert res.fallback and "dense seeds" in res.fallback
+    dense = retriever.search(["xylophone quantum zebra"], mode="passage", k=3)[0]
+    assert len(res.docs) == 3 and res.docs[0].id == dense.docs[0].id  # the dense seed dominates
+
+
+def test_bad_queries_are_clear_errors(retriever: Retriever) -> None:
+    with pytest.raises(QueryError, match="empty query"):
+        retriever.search(["   "])
+    with pytest.raises(QueryError, match="unknown mode"):
+        retriever.search(["x"], mode="web")  # type: ignore[arg-type]
+    with pytest.raises(QueryError, match="longer than"):
+        retriever.search(["x" * 5000])
+
+
+def test_k_larger_than_the_corpus_returns_everything_once(retriever: Retriever) -> None:
+    for mode in ("passage", "graph", "hybrid"):
+        res = retriever.search(["river"], mode=mode, k=50)[0]
+        ids = [d.id for d in res.docs]
+        assert len(ids) == len(set(ids)) == 10
