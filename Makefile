@@ -23,9 +23,11 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
+DEMO_QUESTION ?= In which city was the composer of The Glass Lighthouse born?
+
 demo: install
 	$(BIN)/routerag build-graph samples/corpus.jsonl --out $(SAMPLE_IDX) --force
-	$(BIN)/routerag info $(SAMPLE_IDX) --top 5
+	$(BIN)/routerag search $(SAMPLE_IDX) "$(DEMO_QUESTION)" --mode hybrid -k 3
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -8,8 +8,9 @@ vertex pair with the weights summed over what links the pair:
 * mention: passage — every entity extracted from it, weight ``mention_weight`` (1, as in HippoRAG 2) for a
   specific entity (named somewhere in the corpus, or the title of a page) and ``common_mention_weight`` for any
   other (a common noun such as "form");
-* title: passage — the entity its title names, weight ``title_entity_weight`` (the larger of this and the
-  mention weight counts, not their sum);
+* title: passage — the entity its title names, weighted so that the title page(s) together get ``title_share``
+  of the entity's edge weight (at least ``title_entity_weight``; the larger of this and a mention weight counts,
+  not their sum);
 * synonym: entity — entity with cosine ≥ threshold, weight cosine × the number of ends keeping the pair.
 
 ``kinds`` on each edge is a bitmask of the above, so retrieval and statistics can tell the edges apart.
@@ -153,11 +154,9 @@ def build_graph(
         for e in ents:
             w = cfg.mention_weight if e in content.specific else cfg.common_mention_weight
             add(p, ent_index[e], w, MENTION, "max")
-    for p, title in enumerate(content.title_entity):
-        if title is not None:
-            add(p, ent_index[title], cfg.title_entity_weight, TITLE, "max")
     for (a, b), w in synonyms.items():
         add(ent_index[a], ent_index[b], w, SYNONYM)
+    _add_title_edges(content, ent_index, weights, cfg, add)
 
     pairs = sorted(weights)
     g = ig.Graph(n=n_pass + len(content.entities), edges=pairs, directed=False)
@@ -167,6 +166,28 @@ def build_graph(
     g.es["weight"] = [weights[p] for p in pairs]
     g.es["kinds"] = [kinds[p] for p in pairs]
     return g
+
+
+def _add_title_edges(content: GraphContent, ent_index: dict[str, int], weights: dict[tuple[int, int], float],
+                     cfg: GraphConfig, add) -> None:  # noqa: ANN001
+    """Link each passage to its title entity with a share of the entity's other edge weight (see ``title_share``).
+
+    Run after every other edge is in, since the weight depends on the entity's degree.
+    """
+    pages: dict[int, list[int]] = {}
+    for p, title in enumerate(content.title_entity):
+        if title is not None:
+            pages.setdefault(ent_index[title], []).append(p)
+    other: dict[int, float] = dict.fromkeys(pages, 0.0)
+    for (a, b), w in weights.items():
+        for v, u in ((a, b), (b, a)):
+            if v in other and u not in pages[v]:
+                other[v] += w
+    ratio = cfg.title_share / (1 - cfg.title_share)
+    for v, ps in pages.items():
+        w = max(cfg.title_entity_weight, ratio * other[v] / len(ps))
+        for p in ps:
+            add(p, v, w, TITLE, "max")
 
 
 def graph_stats(g: ig.Graph) -> dict[str, int | float]:

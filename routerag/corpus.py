@@ -162,9 +162,15 @@ def _json_array_records(path: Path, text: str) -> Iterator[_Raw]:
     decoder = json.JSONDecoder()
     pos = text.index("[") + 1
     n = len(text)
+    counted = [0, 1]  # offset up to which newlines are counted, and the line number there
 
     def line_of(offset: int) -> int:
-        return text.count("\n", 0, offset) + 1
+        # elements come in order, so count only the newlines since the last call (linear in the file size)
+        if offset < counted[0]:
+            return text.count("\n", 0, offset) + 1
+        counted[1] += text.count("\n", counted[0], offset)
+        counted[0] = offset
+        return counted[1]
 
     def skip_ws(i: int) -> int:
         while i < n and text[i] in " \t\r\n":

@@ -69,8 +69,12 @@ def test_fact_mention_and_title_edges(curie_index: IndexData) -> None:
     # the passage is linked to every entity it mentions, and to its title entity
     linked = {b for (a, b), _ in edges.items() if a == e("marie curie") and b.startswith(PASSAGE_PREFIX)}
     assert linked == {p}
-    assert edges[(e("marie curie"), p)] == (1.0, MENTION | TITLE)
-    assert edges[(e("physicist"), p)] == (1.0, MENTION)
+    # title_share 0.5: the page gets as much weight as the entity's other edges (three facts × 2)
+    assert edges[(e("marie curie"), p)] == (6.0, MENTION | TITLE)
+    assert edges[(e("warsaw"), p)] == (1.0, MENTION)  # a named entity
+    # "physicist" is a common noun (not named, no page of its own): a node through its fact, no mention edge
+    assert (e("physicist"), p) not in edges
+    assert edges[(e("marie curie"), e("physicist"))] == (2.0, FACT)
     # "Warsaw" passage: title entity warsaw is also mentioned there; Curie's passage mentions warsaw too
     warsaw_passages = {b for (a, b) in edges if a == e("warsaw") and b.startswith(PASSAGE_PREFIX)}
     assert warsaw_passages == {p, PASSAGE_PREFIX + curie_index.passages[1].id}
@@ -86,6 +90,19 @@ def test_embeddings_are_unit_rows_aligned_with_their_lists(curie_index: IndexDat
         assert np.allclose(np.linalg.norm(arr, axis=1), 1.0, atol=1e-5)
     scores, ids = curie_index.dense.search(np.asarray(curie_index.passage_emb[2:3]), 1)
     assert ids[0][0] == 2 and scores[0][0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_title_share_and_common_mentions_are_configurable(tmp_path: Path, components) -> None:
+    components.cfg.graph.title_share = 0.75
+    components.cfg.graph.common_mention_weight = 0.1
+    build_index([FIX / "curie.jsonl"], tmp_path / "idx", components.cfg, openie_results=FIX / "curie_openie.json",
+                progress=False, components=components)
+    data = IndexData(tmp_path / "idx")
+    edges = edge_map(data)
+    p = PASSAGE_PREFIX + data.passages[0].id
+    assert edges[(ENTITY_PREFIX + "physicist", p)] == (0.1, MENTION)
+    # share 0.75: title weight = 3 × the other edges; the weak mention counts among them
+    assert edges[(ENTITY_PREFIX + "marie curie", p)][0] == pytest.approx(18.0)
 
 
 def test_title_link_can_be_disabled(tmp_path: Path, components) -> None:

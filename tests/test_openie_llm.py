@@ -96,7 +96,7 @@ def test_two_step_extraction(server: FakeOpenAIServer) -> None:
 
     assert r.ok and r.error is None
     assert r.triples == triples
-    assert r.entities == [*ner, "difference engine"]  # NER entities, then triple ends not among them
+    assert r.entities == ner  # the named entities only; triple ends may be common nouns (see OpenIEResult)
     assert r.source == ex.identity
 
     assert len(server.requests) == 2
@@ -181,7 +181,7 @@ def test_messy_and_truncated_replies_end_to_end(server: FakeOpenAIServer) -> Non
     [r] = run(ex, [P_ADA])
     assert r.ok
     assert r.triples == [("Ada Lovelace", "worked with", "Charles Babbage"), ("Ada Lovelace", "born in", "London")]
-    assert r.entities == ["Ada Lovelace", "Charles Babbage", "London"]
+    assert r.entities == ["Ada Lovelace", "Charles Babbage"]  # the NER reply's entities
     assert ex.retries == 0 and len(server.requests) == 2
 
 
@@ -310,11 +310,14 @@ def test_requests_run_concurrently_and_results_stay_in_order(server: FakeOpenAIS
     state = {"now": 0, "max": 0}
 
     def handler(req: dict[str, Any]) -> str:
+        head = passage_in(req).split("\n", 1)[0]
+        if not head.startswith("Title "):  # a straggler aborted by an earlier test on the shared server
+            return title_handler(req)
         with lock:
             state["now"] += 1
             state["max"] = max(state["max"], state["now"])
         # later passages answer faster, so completion order differs from passage order
-        i = int(passage_in(req).split("\n", 1)[0].split()[1])
+        i = int(head.split()[1])
         time.sleep(0.2 if i < 8 else 0.05)
         with lock:
             state["now"] -= 1
@@ -345,7 +348,7 @@ def test_extract_works_inside_a_running_event_loop(server: FakeOpenAIServer) -> 
         [r] = asyncio.run(main())
     finally:
         ex.close()
-    assert r.ok and r.entities == ["Ada Lovelace", "fact"]
+    assert r.ok and r.entities == ["Ada Lovelace"] and r.triples == [("Ada Lovelace", "has", "fact")]
 
 
 # -- vLLM offline backend ----------------------------------------------------------------------------------------------

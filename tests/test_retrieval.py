@@ -158,3 +158,39 @@ def test_k_larger_than_the_corpus_returns_everything_once(retriever: Retriever) 
         res = retriever.search(["river"], mode=mode, k=50)[0]
         ids = [d.id for d in res.docs]
         assert len(ids) == len(set(ids)) == 10
+
+
+def test_sparse_and_dense_resets_and_vertex_order_give_the_same_scores() -> None:
+    import scipy.sparse as sp
+
+    g = random_graph(11)
+    rng = np.random.default_rng(3)
+    reset = np.zeros((g.vcount(), 20), dtype=np.float32)
+    for j in range(20):
+        reset[rng.integers(0, g.vcount(), 3), j] = rng.random(3) + 0.1
+    rows = np.arange(50)
+    ordered = PPRSolver.from_igraph(g, device="cpu")
+    plain = PPRSolver.from_igraph(g, device="cpu", reorder=False)
+    a = ordered.solve(reset, rows=rows)
+    assert np.allclose(a, ordered.solve(sp.csc_matrix(reset), rows=rows), atol=1e-7)
+    assert np.allclose(a, plain.solve(reset, rows=rows), atol=1e-6)  # RCM renumbering is only for speed
+    assert np.allclose(a[:, 3], ordered.solve(reset[:, 3], rows=rows), atol=1e-6)  # one column = the batch column
+
+
+def test_query_vectors_skip_the_encoder_and_give_the_same_result(retriever: Retriever) -> None:
+    qs = [QUESTION, "amber"]
+    vecs = retriever.embed(qs)
+    a = retriever.search(qs, mode="hybrid", k=4)
+    b = retriever.search(qs, mode="hybrid", k=4, query_vectors=vecs)
+    assert [[d.id for d in r.docs] for r in a] == [[d.id for d in r.docs] for r in b]
+    assert "embed" in a[0].timings_ms and "embed" not in b[0].timings_ms
+    with pytest.raises(QueryError, match="shape"):
+        retriever.search(qs, query_vectors=vecs[:1])
+
+
+def test_query_entities_prefer_the_longest_name(retriever: Retriever) -> None:
+    entities = set(retriever.data.entities)
+    assert {"veld", "pell", "joran veld", "river pell"} <= entities  # nested names exist in this graph
+    names = [retriever.data.graph.vs[v]["name"] for v in retriever.query_entities("Did Joran Veld swim the River Pell?")]
+    assert "e:joran veld" in names and "e:river pell" in names
+    assert "e:veld" not in names and "e:pell" not in names  # inside the longer matches

@@ -32,7 +32,9 @@ def search_cmd(
     """Retrieve passages: dense (passage), Personalized PageRank over the graph (graph), or both fused (hybrid)."""
     setup_logging(verbose)
     from ..retrieval import Retriever
+    from ..runtime import configure_threads
 
+    configure_threads()
     if (query is None) == (queries is None):
         raise ValueError("give exactly one of a QUERY argument or --queries FILE")
     if queries is not None:

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import faiss
 import numpy as np
+import scipy.sparse as sp
 
 from graph_index.dense import maybe_to_gpu
 from graph_index.graph import ENTITY_PREFIX
@@ -34,6 +36,9 @@ from .fusion import reciprocal_rank_fusion
 from .ppr import PPRSolver, igraph_ppr
 
 log = logging.getLogger(__name__)
+
+SMALL_BATCH = 8
+"""Up to this many queries, facts are scored one query at a time with FAISS's kernel."""
 
 Mode = Literal["passage", "graph", "hybrid"]
 MODES: tuple[Mode, ...] = ("passage", "graph", "hybrid")
@@ -113,6 +118,7 @@ class Retriever:
         counts[self.n_passages:] = self.data.entity_passage_counts
         self.entity_passages = counts
         self.n_nodes = g.vcount()
+        self._passage_rows = np.arange(self.n_passages)
         self.entity_vertex = {n[len(ENTITY_PREFIX):]: i for i, n in enumerate(names) if n.startswith(ENTITY_PREFIX)}
         self.max_entity_words = min(max((len(e.split()) for e in self.entity_vertex), default=1), 8)
         if self.cfg.ppr_backend == "batched":
@@ -122,8 +128,13 @@ class Retriever:
 
     # -- public API -----------------------------------------------------------------------------------------------
 
-    def search(self, queries: Sequence[str], mode: Mode | None = None, k: int | None = None) -> list[RetrievalResult]:
-        """Retrieve ``k`` passages for each query (a batch shares every computation)."""
+    def search(self, queries: Sequence[str], mode: Mode | None = None, k: int | None = None, *,
+               query_vectors: np.ndarray | None = None) -> list[RetrievalResult]:
+        """Retrieve ``k`` passages for each query (a batch shares every computation).
+
+        ``query_vectors`` (one unit row per query, from :meth:`embed`) skips the query encoder, so a caller can
+        batch encoding across requests or reuse vectors.
+        """
         mode = mode or self.cfg.mode
         k = k or self.cfg.top_k
         if mode not in MODES:
@@ -131,10 +142,18 @@ class Retriever:
         if k < 1:
             raise QueryError("k must be at least 1")
         clean = [self._check(q) for q in queries]
+        if query_vectors is not None and query_vectors.shape != (len(clean), self.embedder.dim):
+            raise QueryError(f"query_vectors must have shape ({len(clean)}, {self.embedder.dim})")
         out: list[RetrievalResult] = []
         for start in range(0, len(clean), self.cfg.batch_size):
-            out.extend(self._search_batch(clean[start : start + self.cfg.batch_size], mode, k))
+            end = start + self.cfg.batch_size
+            vecs = None if query_vectors is None else query_vectors[start:end]
+            out.extend(self._search_batch(clean[start:end], mode, k, vecs))
         return out
+
+    def embed(self, queries: Sequence[str]) -> np.ndarray:
+        """Unit query vectors, as :meth:`search` would compute them."""
+        return self.embedder.encode_queries([self._check(q) for q in queries])
 
     def _check(self, query: str) -> str:
         if not isinstance(query, str):
@@ -148,24 +167,34 @@ class Retriever:
 
     # -- one batch ----------------------------------------------------------------------------------------------
 
-    def _search_batch(self, queries: list[str], mode: Mode, k: int) -> list[RetrievalResult]:
+    def _search_batch(self, queries: list[str], mode: Mode, k: int, vecs: np.ndarray | None) -> list[RetrievalResult]:
         b = len(queries)
         timings: dict[str, float] = {}
-        t = time.perf_counter()
-        q = self.embedder.encode_queries(queries)
-        timings["embed"] = _ms(t)
+        if vecs is None:
+            t = time.perf_counter()
+            q = self.embedder.encode_queries(queries)
+            timings["embed"] = _ms(t)
+        else:
+            q = np.ascontiguousarray(vecs, dtype=np.float32)
         depth = min(k * self.cfg.rrf_depth if mode == "hybrid" else k, self.n_passages)
         passage_lists: list[list[tuple[int, float]]] = []
         graph_lists: list[list[tuple[int, float]]] = []
         facts: list[list[tuple[tuple[str, str, str], float]]] = [[] for _ in range(b)]
         fallbacks: list[str | None] = [None] * b
-        if mode in ("passage", "hybrid"):
+        # one FAISS search serves both the passage list and the graph's dense seeds
+        seed_n = self.cfg.dense_seed_passages if mode != "passage" and 0 < self.cfg.dense_seed_passages else 0
+        search_n = max(depth if mode != "graph" else 0, min(seed_n, self.n_passages))
+        scores = ids = None
+        if search_n:
             t = time.perf_counter()
-            scores, ids = self.dense.search(q, depth)
-            passage_lists = [[(int(i), float(s)) for i, s in zip(ids[r], scores[r]) if i >= 0] for r in range(b)]
+            scores, ids = self.dense.search(q, search_n)
             timings["dense"] = _ms(t)
+        if mode in ("passage", "hybrid"):
+            passage_lists = [[(int(i), float(s)) for i, s in zip(ids[r][:depth], scores[r][:depth]) if i >= 0]
+                             for r in range(b)]
         if mode in ("graph", "hybrid"):
-            graph_lists, facts, fallbacks = self._graph_batch(q, queries, depth, timings)
+            seeds = (scores[:, :seed_n], ids[:, :seed_n]) if seed_n else None
+            graph_lists, facts, fallbacks = self._graph_batch(q, queries, depth, timings, seeds)
         t = time.perf_counter()
         if mode == "passage":
             ranked = passage_lists
@@ -185,51 +214,89 @@ class Retriever:
             results.append(RetrievalResult(queries[r], mode, docs, dict(per_query), facts[r], fallbacks[r]))
         return results
 
-    def _graph_batch(self, q: np.ndarray, queries: list[str], depth: int, timings: dict[str, float]):
+    def _graph_batch(self, q: np.ndarray, queries: list[str], depth: int, timings: dict[str, float],
+                     dense_hits: tuple[np.ndarray, np.ndarray] | None):
         self._ensure_graph()
         cfg = self.cfg
         b = q.shape[0]
         t = time.perf_counter()
-        dense_all = self._dense_seed_scores(q)  # b × P, min-max normalised
-        timings["graph_dense"] = _ms(t)
-        t = time.perf_counter()
-        reset = np.zeros((self.n_nodes, b), dtype=np.float32)
-        reset[: self.n_passages] = (dense_all * cfg.passage_node_weight).T
+        seeds: list[dict[int, float]] = [{} for _ in range(b)]  # per query: vertex → reset mass
+
+        def seed(r: int, v: int, w: float) -> None:
+            if w > 0:
+                seeds[r][v] = seeds[r].get(v, 0.0) + w
+
+        if dense_hits is None:  # every passage seeds (HippoRAG 2): its min-max-normalised dense score
+            norm_all = _minmax_rows(q @ self.passage_emb.T) * cfg.passage_node_weight
+            for r in range(b):
+                for v in np.flatnonzero(norm_all[r]):
+                    seed(r, int(v), float(norm_all[r, v]))
+        else:  # the FAISS top N seed, min-max-normalised over them
+            scores, ids = dense_hits
+            norm = _minmax_rows(scores) * cfg.passage_node_weight
+            for r in range(b):
+                for v, w in zip(ids[r], norm[r]):
+                    if v >= 0:
+                        seed(r, int(v), float(w))
         facts: list[list[tuple[tuple[str, str, str], float]]] = [[] for _ in range(b)]
         fallbacks: list[str | None] = [None] * b
+        linked = [False] * b
         if len(self.facts) and cfg.fact_top_k > 0:
-            fact_scores = _minmax_rows(q @ self.fact_emb.T)
-            top = _top_rows(fact_scores, cfg.fact_top_k)
+            raw = self._fact_scores(q)
+            # min-max normalisation over all facts (HippoRAG 2), applied only to the winners
+            lo, hi = raw.min(axis=1), raw.max(axis=1)
+            span = np.where(hi > lo, hi - lo, 1.0)
+            top = _top_rows(raw, cfg.fact_top_k)
+            timings["facts"] = _ms(t)
+            t = time.perf_counter()
             for r in range(b):
-                chosen = [(int(j), float(fact_scores[r, j])) for j in top[r]]
+                chosen = [(int(j), float((raw[r, j] - lo[r]) / span[r])) for j in top[r]]
                 facts[r] = [(self.facts[j], s) for j, s in chosen]
                 for v, w in self._entity_seeds(chosen).items():
-                    reset[v, r] += w
+                    seed(r, v, w)
+                    linked[r] = True
         if cfg.query_entity_weight > 0:
             for r, query in enumerate(queries):
                 for v in self.query_entities(query):
-                    reset[v, r] += cfg.query_entity_weight / max(self.entity_passages[v], 1.0)
+                    seed(r, v, cfg.query_entity_weight / max(self.entity_passages[v], 1.0))
+                    linked[r] = True
         for r in range(b):
-            if not reset[self.n_passages :, r].any():
+            if not linked[r]:
                 fallbacks[r] = "the query links to no entity node; dense seeds only"
-        dead = reset.sum(axis=0) <= 0
-        if dead.any():  # all dense scores equal and no entity: seed uniformly over passages
-            reset[: self.n_passages, dead] = 1.0
-            for r in np.flatnonzero(dead):
+            if not seeds[r]:  # all dense scores equal and no entity: seed uniformly over passages
+                seeds[r] = dict.fromkeys(range(self.n_passages), 1.0)
                 fallbacks[r] = "no usable seed; uniform over passages"
+        rows_i = [v for sd in seeds for v in sd]
+        cols_i = [r for r, sd in enumerate(seeds) for _ in sd]
+        vals = [w for sd in seeds for w in sd.values()]
+        reset = sp.csc_matrix((np.asarray(vals, dtype=np.float32), (rows_i, cols_i)), shape=(self.n_nodes, b))
         timings["seeds"] = _ms(t)
         t = time.perf_counter()
         if cfg.ppr_backend == "igraph":
             g = self.data.graph
-            scores = np.stack([igraph_ppr(g, reset[:, r], cfg.damping)[: self.n_passages] for r in range(b)], axis=1)
+            dense_reset = reset.toarray()
+            scores = np.stack([igraph_ppr(g, dense_reset[:, r], cfg.damping)[: self.n_passages] for r in range(b)],
+                              axis=1)
         else:
-            scores = self.solver.solve(reset, rows=np.arange(self.n_passages))  # P × b
+            scores = self.solver.solve(reset, rows=self._passage_rows, validate=False)  # P × b
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
         top = _top_rows(scores.T, depth)
         lists = [[(int(i), float(scores[i, r])) for i in top[r]] for r in range(b)]
         timings["rank"] = _ms(t)
         return lists, facts, fallbacks
+
+    def _fact_scores(self, q: np.ndarray) -> np.ndarray:
+        """Query × fact inner products: a BLAS GEMM for a batch, FAISS's single-threaded SIMD scan for a few
+        queries (as fast as a two-thread GEMV without touching the BLAS thread pool)."""
+        if q.shape[0] > SMALL_BATCH:
+            return q @ self.fact_emb.T
+        n, d = self.fact_emb.shape
+        out = np.empty((q.shape[0], n), dtype=np.float32)
+        for r in range(q.shape[0]):
+            qr = np.ascontiguousarray(q[r])
+            faiss.fvec_inner_products_ny(faiss.swig_ptr(out[r]), faiss.swig_ptr(qr), faiss.swig_ptr(self.fact_emb), d, n)
+        return out
 
     def query_entities(self, query: str) -> list[int]:
         """Entity vertices the query names verbatim: its longest normalised n-grams that are entity nodes, not
@@ -266,18 +333,6 @@ class Retriever:
             kept = kept[: self.cfg.entity_seed_top_k]
         return {v: w for v, w in kept if w > 0}
 
-    def _dense_seed_scores(self, q: np.ndarray) -> np.ndarray:
-        n = self.cfg.dense_seed_passages
-        if n == 0 or n >= self.n_passages:
-            return _minmax_rows(q @ self.passage_emb.T)
-        scores, ids = self.dense.search(q, n)
-        out = np.zeros((q.shape[0], self.n_passages), dtype=np.float32)
-        norm = _minmax_rows(scores)
-        for r in range(q.shape[0]):
-            ok = ids[r] >= 0
-            out[r, ids[r][ok]] = norm[r][ok]
-        return out
-
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
@@ -291,12 +346,16 @@ def _minmax_rows(x: np.ndarray) -> np.ndarray:
 
 
 def _top_rows(x: np.ndarray, k: int) -> np.ndarray:
-    """Column indices of the k largest entries of each row, best first (ties by index)."""
+    """Column indices of the k largest entries of each row, best first (ties by index).
+
+    torch.topk selects (multi-threaded, several times faster than numpy's argpartition on wide rows); the winners
+    are then ordered by (score, index) so ties are deterministic.
+    """
+    import torch
+
     k = min(k, x.shape[1])
-    if k == x.shape[1]:
-        part = np.tile(np.arange(x.shape[1]), (x.shape[0], 1))
-    else:
-        part = np.argpartition(-x, k - 1, axis=1)[:, :k]
+    _, idx = torch.topk(torch.from_numpy(np.ascontiguousarray(x)), k, dim=1, sorted=False)
+    part = idx.numpy()
     vals = np.take_along_axis(x, part, axis=1)
     order = np.lexsort((part, -vals), axis=1)
     return np.take_along_axis(part, order, axis=1)
