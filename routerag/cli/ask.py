@@ -1,0 +1,74 @@
+"""``routerag ask``: run the policy loop once, without a server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ..config import Settings, load_settings
+from .common import console, handle_errors, setup_logging
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ask")(ask_cmd)
+
+
+def policy_overrides(policy: str | None, backend: str | None, base_url: str | None, adapter: str | None,
+                     temperature: float | None) -> dict:
+    """CLI flags → the ``policy.generator`` section of :class:`Settings`."""
+    return {"generator": {"model": policy, "backend": backend, "base_url": base_url, "adapter": adapter,
+                          "temperature": temperature}}
+
+
+@handle_errors
+def ask_cmd(
+    index: Annotated[Path, typer.Argument(help="Index directory.")],
+    question: Annotated[str, typer.Argument(help="The question.")],
+    mode: Annotated[str, typer.Option(help="learned (the policy routes), or force passage, graph or hybrid.")] = "learned",
+    budget: Annotated[Optional[int], typer.Option(help="Searches before an answer is forced (4).")] = None,
+    k: Annotated[Optional[int], typer.Option("-k", help="Documents per search (3).")] = None,
+    policy: Annotated[Optional[str], typer.Option(help="Policy model: smollm2 (embedded), a folder, a hub name, or "
+                                                       "the served model name for --backend openai.")] = None,
+    backend: Annotated[Optional[str], typer.Option(help="transformers, openai or vllm.")] = None,
+    base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible server of the policy.")] = None,
+    adapter: Annotated[Optional[str], typer.Option(help="LoRA adapter folder for the policy.")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (0 = greedy).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the answer and the full trace as JSON.")] = False,
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Answer one question with the routing policy: it reasons, searches (passage, graph or both) and answers."""
+    setup_logging(verbose)
+    from ..engine import Engine
+    from ..runtime import configure_threads
+
+    configure_threads()
+    settings = load_settings(Settings, config, policy=policy_overrides(policy, backend, base_url, adapter,
+                                                                       temperature))
+    engine = Engine(index, settings)
+    traj = asyncio.run(engine.ask(question, mode=mode, budget=budget, k=k))  # type: ignore[arg-type]
+    if json_out:
+        sys.stdout.write(json.dumps(trajectory_json(traj), ensure_ascii=False, indent=2) + "\n")
+        return
+    t = Table(title=question, title_justify="left")
+    for col in ("#", "action", "mode", "query / answer", "docs", "retrieval ms", "generation ms"):
+        t.add_column(col)
+    for s in traj.steps:
+        t.add_row(str(s.index), s.action, s.mode or "", s.query or s.answer or "", ", ".join(s.doc_titles),
+                  f"{s.retrieval_ms:.1f}", f"{s.generation_ms:.0f}")
+    console.print(t)
+    console.print(f"[bold]answer:[/] {traj.answer if traj.answer is not None else '(none)'}"
+                  f"   ({traj.searches} searches, {traj.finish})")
+
+
+def trajectory_json(traj) -> dict:  # noqa: ANN001 - Trajectory
+    return {"question": traj.question, "answer": traj.answer, "finish": traj.finish, "searches": traj.searches,
+            "retrieval_ms": traj.retrieval_ms, "generation_ms": traj.generation_ms,
+            "tokens": {"prompt": traj.prompt_tokens, "completion": traj.completion_tokens},
+            "trace": traj.trace(), "text": traj.text}

@@ -1,0 +1,62 @@
+"""``routerag serve``: the REST server (``/ask``, ``/retrieve``, ``/health``, ``/ready``, ``/metrics``, ``/docs``) over
+one index, in one process: the index and the policy are loaded once and shared by all requests, which the backends
+micro-batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..config import Settings, load_settings
+from .ask import policy_overrides
+from .common import err_console, handle_errors, setup_logging
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve_cmd)
+
+
+@handle_errors
+def serve_cmd(
+    index: Annotated[Path, typer.Argument(help="Index directory.")],
+    policy: Annotated[Optional[str], typer.Option(help="Policy model: smollm2 (embedded), a folder, a hub name, or "
+                                                       "the served model name for --backend openai.")] = None,
+    backend: Annotated[Optional[str], typer.Option(help="transformers, openai or vllm.")] = None,
+    base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible server of the policy.")] = None,
+    adapter: Annotated[Optional[str], typer.Option(help="LoRA adapter folder for the policy.")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (0 = greedy).")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Interface to listen on (127.0.0.1).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port (8000).")] = None,
+    api_key: Annotated[Optional[str], typer.Option(
+        "--api-key", help="Require 'Authorization: Bearer <key>' on every route but /health and the docs. Prefer "
+                          "the environment variable ROUTERAG_SERVER__API_KEY: a flag is visible to other users "
+                          "in the process list.")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request.")] = False,
+) -> None:
+    """Serve an index over HTTP: the routing policy at POST /ask (JSON or Server-Sent Events) and plain retrieval at
+    POST /retrieve (Search-R1's protocol plus a mode)."""
+    setup_logging(verbose)
+    import uvicorn
+
+    from server.app import create_app
+
+    from ..engine import Engine
+    from ..runtime import configure_threads
+
+    configure_threads()
+    settings = load_settings(Settings, config,
+                             policy=policy_overrides(policy, backend, base_url, adapter, temperature),
+                             server={"host": host, "port": port, "api_key": api_key})
+    engine = Engine(index, settings)
+    # load the graph and warm the query encoder now, so the first request does not pay for it (seconds on a big index)
+    engine.warm_up()
+    app = create_app(engine, settings)
+    srv = settings.server
+    err_console.print(f"serving {index} on http://{srv.host}:{srv.port} (policy {engine.generator.name}, "
+                      f"auth {'on' if srv.api_key and srv.api_key.get_secret_value() else 'off'}; docs at /docs)",
+                      highlight=False)
+    uvicorn.run(app, host=srv.host, port=srv.port, log_level="info" if verbose else "warning",
+                access_log=verbose, timeout_graceful_shutdown=5)

@@ -1,0 +1,78 @@
+"""The question-answering engine over one index: retriever + batched search + policy backend + policy loop.
+
+The server, ``routerag ask`` and evaluation all build one of these from :class:`~routerag.config.Settings`; tests
+pass their own generator or search backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Literal
+
+from .config import Settings
+from .policy import LoopConfig, PolicyLoop, Trajectory
+from .policy.loop import EventSink
+from .policy.prompt import load_template
+from .policy.search import LocalSearch
+from .policy.types import Generator, SearchBackend
+from .retrieval import Mode, RetrievalResult, Retriever
+
+AskMode = Literal["learned", "passage", "graph", "hybrid"]
+ASK_MODES: tuple[AskMode, ...] = ("learned", "passage", "graph", "hybrid")
+
+
+class Engine:
+    def __init__(self, index: str | Path, settings: Settings | None = None, *, generator: Generator | None = None,
+                 search: SearchBackend | None = None, retriever: Retriever | None = None,
+                 answer_generator: Generator | None = None) -> None:
+        self.settings = settings or Settings()
+        pol = self.settings.policy
+        self.retriever = retriever or Retriever(index, self.settings.retrieval)
+        self.search = search or LocalSearch(self.retriever)
+        if generator is None:
+            from .policy.backends import make_generator
+
+            generator = make_generator(pol.generator)
+        self.generator = generator
+        if answer_generator is None and pol.answer_generator is not None:
+            from .policy.backends import make_generator
+
+            answer_generator = make_generator(pol.answer_generator)
+        self.loop_config = LoopConfig(
+            budget=pol.budget, k=pol.k, max_information_tokens=pol.max_information_tokens,
+            max_turn_tokens=pol.max_turn_tokens, max_total_tokens=pol.max_total_tokens, max_invalid=pol.max_invalid,
+            temperature=pol.generator.temperature, template=load_template(pol.template_file),
+            answer_generator=answer_generator)
+        self.loop = PolicyLoop(self.generator, self.search, self.loop_config)
+        self._ready = False
+
+    async def ask(self, question: str, *, mode: AskMode = "learned", budget: int | None = None,
+                  k: int | None = None, on_event: EventSink | None = None) -> Trajectory:
+        """Run the policy loop on one question. ``mode`` other than ``learned`` forces that retrieval mode."""
+        if mode not in ASK_MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(ASK_MODES)}")
+        overrides: dict[str, Any] = {}
+        if mode != "learned":
+            overrides["force_mode"] = mode
+        if budget is not None:
+            overrides["budget"] = budget
+        if k is not None:
+            overrides["k"] = k
+        return await self.loop.run(question, on_event=on_event, **overrides)
+
+    async def retrieve(self, queries: list[str], mode: Mode, k: int) -> list[RetrievalResult]:
+        """Batched retrieval without the policy (the ``/retrieve`` endpoint), off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self.retriever.search(queries, mode=mode, k=k))
+
+    def warm_up(self) -> None:
+        """Load the lazily loaded parts (the graph, the query encoder) before serving: the first request of a cold
+        engine would otherwise pay seconds."""
+        self.retriever.warm_up()
+        self._ready = True
+
+    @property
+    def ready(self) -> bool:
+        """True once :meth:`warm_up` has run (the server's ``/ready``)."""
+        return self._ready

@@ -1,0 +1,231 @@
+"""The policy loop (RouteRAG, Algorithm 1), written once and used by the server, evaluation and both trainers.
+
+Generate until ``</search>``, ``</answer>`` or the end of the sequence; on a search, retrieve k documents in the mode
+the policy chose and append them as ``<information>``; after the search budget, force an answer. Every turn is traced
+(thought, mode, query, documents, timings, tokens). When the backend works on tokens, the context is kept as token
+ids too and the trajectory records which tokens the policy generated and which were appended, so a trainer can
+mask the information out of the loss.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..retrieval import Mode, QueryError, RetrievalResult
+from .parsing import STOP_STRINGS, close_stop, parse_turn
+from .prompt import DEFAULT_INSTRUCTION, user_message
+from .tokens import TokenCounter
+from .types import Generation, GenerationRequest, Generator, SearchBackend, Segment, Step, Trajectory
+
+Event = dict[str, Any]
+_THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
+EventSink = Callable[[Event], Awaitable[None] | None]
+
+INVALID_NOTICE = ("\nMy previous action is invalid. To search, I should put the query between <search> and "
+                  "</search>. To give the final answer, I should put it between <answer> and </answer>. "
+                  "Let me try again.\n")
+BUDGET_NOTICE = "\n\n<information>The search budget is used up. I must answer now.</information>\n\n<answer>"
+_NOTICE_TEXT = "the search budget is used up. i must answer now."
+
+
+@dataclass(slots=True)
+class LoopConfig:
+    budget: int = 4
+    """Searches allowed before an answer is forced."""
+    k: int = 3
+    """Documents per search."""
+    max_information_tokens: int = 500
+    """Each ``<information>`` block is cut to this many tokens (its closing tag is kept)."""
+    max_turn_tokens: int = 500
+    """Tokens the policy may generate per turn."""
+    max_total_tokens: int = 4096
+    """Tokens of the whole response (generated and appended) before the trajectory is cut off."""
+    max_invalid: int = 2
+    """Invalid turns tolerated before an answer is forced."""
+    force_mode: Mode | None = None
+    """Use this retrieval mode for every search whatever the policy wrote (RouteRAG's Table 2 ablations)."""
+    temperature: float | None = None
+    template: str = DEFAULT_INSTRUCTION
+    answer_generator: Generator | None = None
+    """An optional frozen generator that writes the final answer from the retrieved documents (s3's design)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class PolicyLoop:
+    """Runs trajectories. Safe to call concurrently: each call keeps its own state, and concurrent calls share the
+    backend's batching (generation) and the search backend's batching (retrieval)."""
+
+    def __init__(self, generator: Generator, search: SearchBackend, config: LoopConfig | None = None) -> None:
+        self.generator = generator
+        self.search = search
+        self.cfg = config or LoopConfig()
+        self.counter = TokenCounter(generator.tokenizer)
+
+    async def run(self, question: str, *, on_event: EventSink | None = None,
+                  prompt: tuple[str, list[int] | None] | None = None, **overrides: Any) -> Trajectory:
+        """One trajectory for ``question``. ``prompt`` (text, ids) replaces the rendered chat prompt (verl builds its
+        own); ``overrides`` replace LoopConfig fields for this call (budget, k, force_mode, temperature)."""
+        cfg = self.cfg
+        if overrides:
+            from dataclasses import replace
+
+            cfg = replace(cfg, **overrides)
+        traj = Trajectory(question=question)
+        text, ids = prompt if prompt is not None else self.generator.render_prompt(user_message(cfg.template, question))
+        track = self.generator.tracks_tokens and ids is not None
+        ctx_text, ctx_ids = text, (list(ids) if track and ids is not None else None)
+        traj.segments.append(Segment("prompt", text, list(ids) if ids is not None else None))
+        response_tokens = 0
+        forced = False
+        must_answer = False
+        invalid = 0
+        while True:
+            if must_answer and not forced:
+                # prime the answer: a notice, then an opened <answer> tag the policy completes
+                forced = True
+                appended = BUDGET_NOTICE
+                ctx_text, ctx_ids = self._append(traj, "information", appended, ctx_text, ctx_ids)
+                response_tokens += self.counter.count(appended)
+            remaining = cfg.max_total_tokens - response_tokens
+            if remaining <= 0:
+                traj.steps.append(Step(len(traj.steps), "truncated"))
+                traj.finish = "no_answer"
+                break
+            t0 = time.perf_counter()
+            gen = await self.generator.generate(GenerationRequest(
+                prompt_text=ctx_text, prompt_ids=ctx_ids, max_tokens=min(cfg.max_turn_tokens, remaining),
+                stop=("</answer>",) if forced else STOP_STRINGS, temperature=cfg.temperature))
+            gen_ms = (time.perf_counter() - t0) * 1000
+            out_text = gen.text
+            if gen.token_ids is None and gen.finish_reason == "stop":
+                # a completions server cut the stop string that fired: put the closing tag back
+                out_text = close_stop(out_text)
+                if forced and "</answer>" not in out_text:
+                    out_text += "</answer>"  # its opening tag was in the notice, where close_stop cannot see it
+            ctx_text, ctx_ids = self._append_generation(traj, out_text, gen, ctx_text, ctx_ids)
+            response_tokens += gen.completion_tokens or self.counter.count(out_text)
+            step = Step(len(traj.steps), "invalid", generation_ms=round(gen_ms, 3), prompt_tokens=gen.prompt_tokens,
+                        completion_tokens=gen.completion_tokens or self.counter.count(out_text))
+            if forced:
+                answer = " ".join(_THINK_BLOCK.sub(" ", out_text.split("</answer>")[0]).split())
+                step.action, step.thought = "forced_answer", parse_turn(out_text).thought
+                traj.steps.append(step)
+                if answer and answer.lower() not in _NOTICE_TEXT:  # a small model may just echo the notice
+                    step.answer = traj.policy_answer = answer
+                    traj.finish = "forced_answer"
+                else:
+                    traj.finish = "no_answer"
+                await _emit(on_event, {"type": "answer", "text": step.answer, "forced": True})
+                break
+            action = parse_turn(out_text)
+            step.thought = action.thought
+            if action.thought:
+                await _emit(on_event, {"type": "think", "text": action.thought, "step": step.index})
+            if action.kind == "answer":
+                step.action, step.answer = "answer", action.content
+                traj.steps.append(step)
+                traj.policy_answer = action.content
+                traj.finish = "answer"
+                await _emit(on_event, {"type": "answer", "text": action.content, "forced": False})
+                break
+            if action.kind == "invalid":
+                step.action = "truncated" if gen.finish_reason == "length" else "invalid"
+                traj.steps.append(step)
+                invalid += 1
+                if invalid > cfg.max_invalid:
+                    must_answer = True
+                    continue
+                ctx_text, ctx_ids = self._append(traj, "information", INVALID_NOTICE, ctx_text, ctx_ids)
+                response_tokens += self.counter.count(INVALID_NOTICE)
+                continue
+            if traj.searches >= cfg.budget:  # a search past the budget is not run: the answer is forced instead
+                step.action, step.query = "over_budget", action.content
+                traj.steps.append(step)
+                must_answer = True
+                continue
+            mode = cfg.force_mode or action.mode or "passage"
+            step.action, step.query, step.mode, step.mode_tags = "search", action.content, mode, list(action.mode_tags)
+            await _emit(on_event, {"type": "search", "mode": mode, "tags": list(action.mode_tags),
+                                   "query": action.content, "step": step.index})
+            t1 = time.perf_counter()
+            try:
+                result = await self.search.search(action.content, mode, cfg.k)
+            except QueryError as exc:  # the policy wrote a query the retriever refuses: its turn, not the caller's
+                step.action = "invalid"
+                traj.steps.append(step)
+                invalid += 1
+                notice = f"\n\n<information>That search failed: {exc}.</information>\n\n"
+                ctx_text, ctx_ids = self._append(traj, "information", notice, ctx_text, ctx_ids)
+                response_tokens += self.counter.count(notice)
+                if invalid > cfg.max_invalid:
+                    must_answer = True
+                continue
+            step.retrieval_ms = round(result.ms if result.timings_ms else (time.perf_counter() - t1) * 1000, 3)
+            step.doc_ids = [d.id for d in result.docs]
+            step.doc_titles = [d.title for d in result.docs]
+            traj.retrieved.append(result)
+            info = self.information_block(result)
+            step.information_tokens = self.counter.count(info)
+            traj.steps.append(step)
+            await _emit(on_event, {"type": "information", "step": step.index, "mode": mode, "retrieval_ms":
+                                   step.retrieval_ms, "docs": [d.to_json() for d in result.docs]})
+            ctx_text, ctx_ids = self._append(traj, "information", info, ctx_text, ctx_ids)
+            response_tokens += step.information_tokens
+        if cfg.answer_generator is not None and traj.finish != "no_answer":
+            t0 = time.perf_counter()
+            traj.answer = await self._final_answer(cfg, traj)
+            traj.answer_generation_ms = round((time.perf_counter() - t0) * 1000, 3)
+        else:
+            traj.answer = traj.policy_answer
+        await _emit(on_event, {"type": "done", "answer": traj.answer, "searches": traj.searches,
+                               "finish": traj.finish})
+        return traj
+
+    # -- context bookkeeping ----------------------------------------------------------------------------------------
+
+    def information_block(self, result: RetrievalResult) -> str:
+        """``<information>Doc i (Title: …) text …</information>``, cut to ``max_information_tokens``."""
+        lines = [f"Doc {i} (Title: {d.title}) {d.text}" for i, d in enumerate(result.docs, 1)]
+        body = self.counter.truncate("\n".join(lines), self.cfg.max_information_tokens)
+        return f"\n\n<information>{body}</information>\n\n"
+
+    def _append(self, traj: Trajectory, kind: str, text: str, ctx_text: str,
+                ctx_ids: list[int] | None) -> tuple[str, list[int] | None]:
+        ids = self.counter.encode(text) if ctx_ids is not None else None
+        traj.segments.append(Segment(kind, text, ids))  # type: ignore[arg-type]
+        return ctx_text + text, (ctx_ids + ids if ctx_ids is not None and ids is not None else ctx_ids)
+
+    def _append_generation(self, traj: Trajectory, text: str, gen: Generation, ctx_text: str,
+                           ctx_ids: list[int] | None) -> tuple[str, list[int] | None]:
+        if ctx_ids is not None:
+            ids = list(gen.token_ids) if gen.token_ids is not None else self.counter.encode(text)
+            traj.segments.append(Segment("policy", text, ids, list(gen.logprobs) if gen.logprobs else None))
+            return ctx_text + text, ctx_ids + ids
+        traj.segments.append(Segment("policy", text, None, list(gen.logprobs) if gen.logprobs else None))
+        return ctx_text + text, None
+
+    async def _final_answer(self, cfg: LoopConfig, traj: Trajectory) -> str:
+        """s3: a frozen generator answers from the question and every document the policy retrieved."""
+        from .answering import answer_from_documents
+
+        docs = []
+        seen = set()
+        for res in traj.retrieved:
+            for d in res.docs:
+                if d.id not in seen:
+                    seen.add(d.id)
+                    docs.append(d)
+        return await answer_from_documents(cfg.answer_generator, traj.question, docs)  # type: ignore[arg-type]
+
+
+async def _emit(sink: EventSink | None, event: Event) -> None:
+    if sink is None:
+        return
+    res = sink(event)
+    if inspect.isawaitable(res):
+        await res

@@ -1,0 +1,164 @@
+"""The REST API's request and response models, and nothing else (serving logic lives in :mod:`server.app`).
+
+Kept apart from the app, as vLLM's ``entrypoints/openai/protocol.py`` is, so clients, tests and benchmarks can import
+the wire format without importing the server. The request models carry only the limits that never change
+(``k >= 1``); the configured maxima (question length, budget, k, queries per ``/retrieve``) are bound per app by
+:func:`request_models`, which makes subclasses whose field constraints both enforce the limits (HTTP 422 with a
+message) and publish them in the OpenAPI schema.
+
+``/retrieve`` speaks Search-R1's retriever protocol (``queries``, ``topk``, ``return_scores`` in; ``result`` out,
+each document with ``id``, ``title``, ``text`` and Search-R1's ``contents`` = ``"Title"`` line + text), plus our
+``mode`` field and per-query retrieval compute time ``ms``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
+
+from routerag.config import ServerConfig
+
+AskMode = Literal["learned", "passage", "graph", "hybrid"]
+RetrieveMode = Literal["passage", "graph", "hybrid"]
+Finish = Literal["answer", "forced_answer", "no_answer", "error"]
+
+
+def _valid_text(v: str) -> str:
+    """Reject text that later code cannot encode: lone surrogates (legal in JSON escapes, not in UTF-8) would
+    otherwise fail deep inside a tokenizer as a server error."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text contains invalid Unicode (a lone surrogate)") from None
+    return v
+
+
+def _non_blank(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must contain non-whitespace characters")
+    return v
+
+
+Text = Annotated[str, AfterValidator(_valid_text)]
+Question = Annotated[str, AfterValidator(_valid_text), AfterValidator(_non_blank)]
+
+
+# -- /ask -------------------------------------------------------------------------------------------------------------
+
+
+class AskRequest(BaseModel):
+    """One question for the routing policy. Unknown fields are rejected so a typo (``top_k``) is not silently
+    ignored. Types are strict: ``"3"`` is not a number and ``"true"`` is not a boolean."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    question: Question = Field(min_length=1, description="The question to answer.")
+    budget: int | None = Field(None, ge=0, description="Searches before an answer is forced (server default if null).")
+    k: int | None = Field(None, ge=1, description="Documents per search (server default if null).")
+    mode: AskMode = Field("learned", description="`learned`: the policy routes each search; `passage`, `graph` or "
+                                                 "`hybrid` force that retrieval mode for every search.")
+    stream: bool = Field(False, description="Answer with Server-Sent Events (one event per step) instead of JSON.")
+
+
+class TokenUsage(BaseModel):
+    prompt: int
+    completion: int
+
+
+class AskResponse(BaseModel):
+    """The answer with its full trace: every step's thought, action, retrieval mode, query, documents and timings."""
+
+    answer: str | None
+    trace: list[dict[str, Any]] = Field(description="One object per policy step (see the `Step` fields: index, "
+                                                    "action, thought, mode, query, answer, doc_ids, doc_titles, "
+                                                    "retrieval_ms, generation_ms, tokens).")
+    searches: int
+    retrieval_ms: float = Field(description="Retrieval compute time of all searches.")
+    generation_ms: float = Field(description="Time spent waiting for the policy's generations.")
+    total_ms: float = Field(description="Server-side time of the whole request, from parsed body to trajectory.")
+    tokens: TokenUsage
+    finish: Finish
+
+
+# -- /retrieve --------------------------------------------------------------------------------------------------------
+
+
+class RetrieveRequest(BaseModel):
+    """Search-R1's retriever request plus ``mode``. Extra fields are ignored, as Search-R1's server ignores them."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    queries: list[Text] = Field(min_length=1, description="Queries, retrieved together in one batch.")
+    topk: int | None = Field(None, ge=1, description="Documents per query (the retrieval default if null).")
+    return_scores: bool = Field(False, description="Wrap each document as {document, score}.")
+    mode: RetrieveMode | None = Field(None, description="passage, graph or hybrid (server default if null).")
+
+
+class Document(BaseModel):
+    id: str
+    title: str
+    text: str
+    contents: str = Field(description='Search-R1\'s form: `"Title"` on the first line, then the text.')
+
+
+class ScoredDocument(BaseModel):
+    document: Document
+    score: float
+
+
+class RetrieveResponse(BaseModel):
+    result: list[list[ScoredDocument]] | list[list[Document]] = Field(
+        description="Per query, its documents best first: {document, score} with return_scores, else bare documents.")
+    ms: list[float] = Field(description="Per query, its share of the batch's retrieval compute time.")
+    mode: RetrieveMode
+
+
+# -- errors and probes ------------------------------------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    type: str = Field(description="validation_error, invalid_query, authentication_error, request_too_large, "
+                                  "timeout, not_found, method_not_allowed, not_ready or internal_error.")
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """Every error the server returns has this shape."""
+
+    error: ErrorDetail
+
+
+class StatusResponse(BaseModel):
+    status: str
+
+
+# -- the configured maxima --------------------------------------------------------------------------------------------
+
+
+def request_models(cfg: ServerConfig, max_query_chars: int | None = None) -> tuple[type[AskRequest],
+                                                                                    type[RetrieveRequest]]:
+    """Subclasses of the request models whose fields carry ``cfg``'s maxima (enforced with a 422 and shown in the
+    OpenAPI schema). ``max_query_chars`` bounds each ``/retrieve`` query (the retriever's own limit)."""
+    ask = create_model(
+        "AskRequest", __base__=AskRequest, __module__=__name__,
+        question=(Question, Field(min_length=1, max_length=cfg.max_question_chars,
+                                  description=f"The question to answer (at most {cfg.max_question_chars} "
+                                              "characters).")),
+        budget=(int | None, Field(None, ge=0, le=cfg.max_budget,
+                                  description=f"Searches before an answer is forced (0 to {cfg.max_budget}; server "
+                                              "default if null).")),
+        k=(int | None, Field(None, ge=1, le=cfg.max_k,
+                             description=f"Documents per search (1 to {cfg.max_k}; server default if null).")),
+    )
+    query_t = Annotated[Text, Field(max_length=max_query_chars)] if max_query_chars else Text
+    retrieve = create_model(
+        "RetrieveRequest", __base__=RetrieveRequest, __module__=__name__,
+        queries=(list[query_t], Field(min_length=1, max_length=cfg.max_queries,  # type: ignore[valid-type]
+                                      description=f"Queries (1 to {cfg.max_queries}), retrieved together in one "
+                                                  "batch.")),
+        topk=(int | None, Field(None, ge=1, le=cfg.max_k,
+                                description=f"Documents per query (1 to {cfg.max_k}; the retrieval default if "
+                                            "null).")),
+    )
+    return ask, retrieve

@@ -1,0 +1,134 @@
+"""Request guards that run before any parsing: the optional API key and the body-size limit.
+
+Both are plain ASGI middlewares rather than FastAPI dependencies, because FastAPI reads and parses the body before it
+solves dependencies: an unauthenticated or oversized request must be turned away before its body is read into
+memory or parsed, and without depending on which route it targets.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .protocol import ErrorDetail, ErrorResponse
+
+
+def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The one error shape of the API: ``{"error": {"type", "message"}}``."""
+    body = ErrorResponse(error=ErrorDetail(type=kind, message=message)).model_dump()
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value
+    return None
+
+
+class APIKeyMiddleware:
+    """``Authorization: Bearer <key>`` on every path except ``public_paths`` (liveness and the API docs).
+
+    The comparison is constant-time. Without a key configured the middleware is not installed at all."""
+
+    def __init__(self, app: ASGIApp, *, api_key: str, public_paths: Iterable[str] = ()) -> None:
+        if not api_key:
+            raise ValueError("APIKeyMiddleware needs a non-empty api_key")
+        self.app = app
+        self.key = api_key.encode("utf-8")
+        self.public = frozenset(public_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in self.public:
+            await self.app(scope, receive, send)
+            return
+        raw = _header(scope, b"authorization")
+        if raw is None:
+            response = error_response(401, "authentication_error",
+                                      "missing API key: send the header 'Authorization: Bearer <key>'",
+                                      {"WWW-Authenticate": "Bearer"})
+            await response(scope, receive, send)
+            return
+        scheme, _, token = raw.strip().partition(b" ")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
+            response = error_response(401, "authentication_error", "invalid API key",
+                                      {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """Turn away request bodies over ``max_bytes`` with 413, before the app sees them.
+
+    A declared ``Content-Length`` over the limit is refused without parsing anything; a body without one (chunked)
+    is counted as it arrives and refused as soon as it passes the limit. Before answering, up to ``drain_bytes`` of
+    the refused body are read and dropped: a client that sends its whole body before reading the answer (most do)
+    then gets the 413, where closing on unread data would reset the connection under it. Bigger bodies are cut
+    off. An accepted body is buffered (it is small by construction) and handed to the app in one message; later
+    ``receive`` calls go to the client, so the app still hears a disconnect (Server-Sent Events rely on it)."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, drain_bytes: int = 1 << 20) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.drain_bytes = drain_bytes
+
+    async def _reject(self, scope: Scope, receive: Receive, send: Send, size: int | None, seen: int,
+                      more: bool) -> None:
+        while more and seen <= self.drain_bytes and (size is None or size <= self.drain_bytes):
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            seen += len(message.get("body", b""))
+            more = message.get("more_body", False)
+        what = f"request body of {size} bytes" if size is not None else "request body"
+        response = error_response(413, "request_too_large",
+                                  f"{what} is over the limit of {self.max_bytes} bytes (server.max_body_bytes)",
+                                  {"Connection": "close"} if more else None)
+        await response(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None:
+            try:
+                size = int(declared)
+                if size < 0:
+                    raise ValueError
+            except ValueError:
+                await error_response(400, "bad_request", "invalid Content-Length header")(scope, receive, send)
+                return
+            if size > self.max_bytes:
+                await self._reject(scope, receive, send, size, 0, True)
+                return
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left before sending its body: nobody to answer
+            body = message.get("body", b"")
+            total += len(body)
+            more = message.get("more_body", False)
+            if total > self.max_bytes:
+                await self._reject(scope, receive, send, None, total, more)
+                return
+            if body:
+                chunks.append(body)
+            if not more:
+                break
+        buffered: Message | None = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        async def replay() -> Message:
+            nonlocal buffered
+            if buffered is not None:
+                message, buffered = buffered, None
+                return message
+            return await receive()
+
+        await self.app(scope, replay, send)

@@ -1,0 +1,167 @@
+"""The server on a real socket (uvicorn in a thread): our own HTTPSearch client against /retrieve, a policy loop that
+searches remotely, and the OpenAI-compatible policy backend driven end to end through /ask against a real local
+completions server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from routerag.config import GeneratorConfig, RetrievalConfig, Settings
+from routerag.engine import Engine
+from routerag.policy.backends.openai_backend import OpenAIGenerator
+from routerag.policy.search import HTTPSearch
+from routerag.retrieval import Retriever
+from server.app import create_app
+
+from .fake_openai import FakeOpenAIServer, Reply
+from .server_helpers import RoutingPolicy, build_small_index, live_server, parse_sse
+
+Q = "Where was Joran Veld born?"
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory, minilm, spacy_extractor) -> Path:
+    return build_small_index(tmp_path_factory.mktemp("server-live") / "idx", minilm, spacy_extractor)
+
+
+@pytest.fixture(scope="module")
+def retriever(index: Path, minilm) -> Retriever:
+    return Retriever(index, RetrievalConfig(), embedder=minilm)
+
+
+@pytest.fixture(scope="module")
+def server_url(index: Path, retriever: Retriever) -> Iterator[str]:
+    settings = Settings(server={"api_key": "live-key"})
+    app = create_app(Engine(index, settings, generator=RoutingPolicy(), retriever=retriever), settings)
+    with live_server(app) as url:
+        yield url
+
+
+def test_http_search_client_against_the_live_endpoint(server_url: str, retriever: Retriever) -> None:
+    async def go():
+        client = HTTPSearch(server_url, api_key="live-key")
+        try:
+            return await asyncio.gather(client.search(Q, "hybrid", 3), client.search("What does Kesh trade?",
+                                                                                     "graph", 2))
+        finally:
+            await client.aclose()
+
+    hybrid, graph = asyncio.run(go())
+    for got, (query, mode, k) in [(hybrid, (Q, "hybrid", 3)), (graph, ("What does Kesh trade?", "graph", 2))]:
+        [want] = retriever.search([query], mode=mode, k=k)
+        assert got.query == query and got.mode == mode
+        assert [(d.id, d.title, d.text) for d in got.docs] == [(d.id, d.title, d.text) for d in want.docs]
+        assert [d.score for d in got.docs] == pytest.approx([d.score for d in want.docs], abs=1e-5)
+        assert set(got.timings_ms) == {"server"} and got.timings_ms["server"] > 0
+
+
+def test_http_search_needs_the_key(server_url: str) -> None:
+    async def go():
+        client = HTTPSearch(server_url)
+        try:
+            await client.search(Q, "passage", 1)
+        finally:
+            await client.aclose()
+
+    with pytest.raises(httpx.HTTPStatusError) as exc:
+        asyncio.run(go())
+    assert exc.value.response.status_code == 401
+
+
+def test_policy_loop_searching_through_the_live_server(server_url: str, index: Path, retriever: Retriever) -> None:
+    """An engine whose searches go over HTTP to another server's /retrieve (a remote retrieval deployment)."""
+    async def go():
+        search = HTTPSearch(server_url, api_key="live-key")
+        try:
+            engine = Engine(index, Settings(), generator=RoutingPolicy("[passage]"), search=search,
+                            retriever=retriever)
+            return await engine.ask(Q)
+        finally:
+            await search.aclose()
+
+    traj = asyncio.run(go())
+    assert traj.finish == "answer" and traj.answer == "Joran Veld"
+    assert traj.steps[0].mode == "passage" and traj.steps[0].retrieval_ms > 0
+
+
+def test_live_ask_stream_and_413_over_a_socket(server_url: str) -> None:
+    h = {"Authorization": "Bearer live-key"}
+    with httpx.Client(base_url=server_url, headers=h, timeout=30) as c:
+        with c.stream("POST", "/ask", json={"question": Q, "stream": True}) as r:
+            assert r.status_code == 200
+            text = "".join(r.iter_text())
+        events = [e for e, _ in parse_sse(text)]
+        assert events == ["think", "search", "information", "think", "answer", "done"]
+        for size in (70_000, 300_000):  # drained before the 413, so the client reads it instead of a reset
+            r = c.post("/ask", content=b"{" + b" " * size + b"}", headers={"content-type": "application/json"})
+            assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
+        assert c.get("/health").json() == {"status": "ok"}
+
+
+# -- the OpenAI-compatible policy backend ------------------------------------------------------------------------------
+
+
+def completions_policy(req: dict) -> Reply:
+    """A scripted completions model: search first, answer once the information is in the prompt."""
+    prompt = req["prompt"]
+    if "<information>Doc 1" not in prompt:  # (the instruction itself mentions <information>)
+        return Reply(text="<think>I need the birthplace.</think>\n<search>[passage] Joran Veld birthplace</search>"
+                          "\n<information>hallucinated</information>", prompt_tokens=120, completion_tokens=14)
+    return Reply(text="<think>Doc 1 says Tarsk.</think>\n<answer> Tarsk </answer> trailing text",
+                 prompt_tokens=260, completion_tokens=10)
+
+
+def test_openai_backend_end_to_end_through_ask(index: Path, retriever: Retriever) -> None:
+    with FakeOpenAIServer(completions_policy) as llm:
+        settings = Settings()
+        gen = OpenAIGenerator(GeneratorConfig(backend="openai", model="policy-model", base_url=llm.base_url,
+                                              timeout_s=10))
+        app = create_app(Engine(index, settings, generator=gen, retriever=retriever), settings)
+
+        async def go() -> httpx.Response:
+            try:
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+                    return await c.post("/ask", json={"question": Q})
+            finally:
+                await gen.aclose()
+
+        r = asyncio.run(go())
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["answer"] == "Tarsk" and body["finish"] == "answer" and body["searches"] == 1
+    search, answer = body["trace"]
+    assert (search["action"], search["mode"], search["query"]) == ("search", "passage", "Joran Veld birthplace")
+    assert search["thought"] == "I need the birthplace." and search["doc_titles"][0] == "Joran Veld"
+    assert answer["action"] == "answer" and answer["thought"] == "Doc 1 says Tarsk."
+    assert body["tokens"] == {"prompt": 380, "completion": 24}
+    assert [q.path for q in llm.requests] == ["/v1/completions"] * 2
+    first, second = (q.body for q in llm.requests)
+    assert first["stop"] == second["stop"] == ["</search>", "</answer>"]
+    assert first["model"] == "policy-model" and first["temperature"] == 0.0
+    assert Q in first["prompt"] and first["prompt"].endswith("<|im_start|>assistant\n")
+    # the server cut the stop string; the loop restored the closing tag before appending the documents
+    assert ("<search>[passage] Joran Veld birthplace</search>\n\n<information>Doc 1 (Title: Joran Veld)"
+            in second["prompt"])
+    assert "hallucinated" not in second["prompt"]
+
+
+def test_openai_backend_down_is_a_502(index: Path, retriever: Retriever) -> None:
+    from .fake_openai import free_port
+
+    settings = Settings()
+    gen = OpenAIGenerator(GeneratorConfig(backend="openai", model="m", base_url=f"http://127.0.0.1:{free_port()}/v1",
+                                          timeout_s=2))
+    gen.client = gen.client.with_options(max_retries=0)
+    app = create_app(Engine(index, settings, generator=gen, retriever=retriever), settings)
+
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            return await c.post("/ask", json={"question": Q})
+
+    r = asyncio.run(go())
+    assert r.status_code == 502 and r.json()["error"]["type"] == "backend_error"
