@@ -1,0 +1,195 @@
+"""Scoring one question (a JSON-able record) and summarising a run, plus the resumable results file.
+
+Definitions (also written into every report):
+
+* EM / F1 / GenAcc: :mod:`routerag.metrics` against the best gold alias (SQuAD normalisation; GenAcc = a gold alias
+  is a whole-token span of the prediction).
+* recall@k: share of the question's gold supporting passages among the first k *distinct* documents the run
+  retrieved, over all its searches in retrieval order (passages matched by content hash, title-only gold by title);
+  ``recall_all`` counts every distinct document retrieved. Undefined (None) for questions without gold passages and
+  for ``no-retrieval``; 0 for a retrieving strategy that did not search.
+* %Tradeoff (FrugalRAG): ``100 · (EM + F1 + GenAcc) / (3 · S)`` with EM, F1, GenAcc the run's mean scores in [0, 1]
+  and S its mean searches per question; 0 when S = 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..corpus import content_hash
+from ..datasets import QAItem
+from ..metrics import exact_match, f1, gen_acc
+from ..retrieval import MODES, RetrievedDoc
+from .strategies import Outcome
+
+log = logging.getLogger(__name__)
+
+RECALL_KS: tuple[int, ...] = (2, 5, 10)
+RECALL_KEYS: tuple[str, ...] = (*(f"recall@{k}" for k in RECALL_KS), "recall_all")
+
+DEFINITIONS = {
+    "em": "exact match after SQuAD normalisation (lower case, no punctuation or articles), best gold alias",
+    "f1": "token F1 after SQuAD normalisation, best gold alias",
+    "gen_acc": "s3 GenAcc: 1 when a normalised gold alias is a whole-token span of the normalised prediction",
+    "recall@k": "share of gold supporting passages among the first k distinct documents retrieved over all the "
+                "run's searches, in retrieval order; recall_all: among every distinct document retrieved; "
+                "undefined without gold passages and for no-retrieval",
+    "tradeoff": "FrugalRAG %Tradeoff = 100 * (EM + F1 + GenAcc) / (3 * S), EM/F1/GenAcc the run's mean scores in "
+                "[0, 1], S its mean searches per question; 0 when S = 0",
+    "mode_mix": "share of the run's searches made in each retrieval mode",
+    "format_ok": "share of policy trajectories that answered in format on their own (no invalid turn, no forced "
+                 "answer); undefined for naive-rag and no-retrieval",
+    "retrieval_ms": "retrieval time per question (sum over its searches); retrieval_ms_per_search: total retrieval "
+                    "time / total searches",
+}
+
+
+def distinct_docs(docs: Iterable[RetrievedDoc]) -> list[tuple[RetrievedDoc, str]]:
+    """Documents in first-retrieved order without repeats, each with its content hash (the key gold passages are
+    matched on, so ids from a remote search server need not agree with ours)."""
+    seen: set[str] = set()
+    out = []
+    for d in docs:
+        h = content_hash(d.title, d.text)
+        if h not in seen:
+            seen.add(h)
+            out.append((d, h))
+    return out
+
+
+def score(item: QAItem, strategy: str, outcome: Outcome, wall_ms: float, *, error: str | None = None) -> dict[str, Any]:
+    """The per-question record written to ``<strategy>.jsonl``."""
+    docs = distinct_docs(outcome.docs)
+    keys = [(d.title, h) for d, h in docs]
+    recall: dict[str, float | None] = {}
+    for k in RECALL_KS:
+        recall[f"recall@{k}"] = item.support_recall(keys, k) if outcome.retrieves else None
+    recall["recall_all"] = item.support_recall(keys, len(keys)) if outcome.retrieves else None
+    rec: dict[str, Any] = {
+        "id": item.id,
+        "strategy": strategy,
+        "question": item.question,
+        "answers": item.answers,
+        "prediction": outcome.prediction,
+        "em": exact_match(outcome.prediction, item.answers),
+        "f1": f1(outcome.prediction, item.answers),
+        "gen_acc": gen_acc(outcome.prediction, item.answers),
+        **recall,
+        "gold_passages": len(item.supporting),
+        "retrieved": len(docs),
+        "searches": len(outcome.searches),
+        "modes": [m for m, _ in outcome.searches],
+        "queries": [q for _, q in outcome.searches],
+        "retrieval_ms": round(sum(outcome.search_ms), 3),
+        "search_ms": [round(x, 3) for x in outcome.search_ms],
+        "generation_ms": round(outcome.generation_ms, 3),
+        "prompt_tokens": outcome.prompt_tokens,
+        "completion_tokens": outcome.completion_tokens,
+        "finish": "error" if error else outcome.finish,
+        "format_ok": outcome.format_ok,
+        "wall_ms": round(wall_ms, 3),
+        "doc_ids": [d.id for d, _ in docs],
+    }
+    if error:
+        rec["error"] = error
+    return rec
+
+
+def _mean(values: Sequence[float | int | None]) -> float | None:
+    vals = [float(v) for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def tradeoff(em: float, f1_: float, gen_acc_: float, searches: float) -> float:
+    """FrugalRAG's %Tradeoff from a run's means: accuracy (the mean of EM, F1, GenAcc) per search, in percent."""
+    if searches <= 0:
+        return 0.0
+    return 100.0 * (em + f1_ + gen_acc_) / (3.0 * searches)
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One row of the report: the means of a strategy's records (see the module docstring for definitions)."""
+    n = len(records)
+    col = lambda key: [r.get(key) for r in records]  # noqa: E731
+    mean = lambda key: _mean(col(key)) if n else None  # noqa: E731
+    em, f, ga, s = (mean(k) or 0.0 for k in ("em", "f1", "gen_acc", "searches"))
+    modes = Counter(m for r in records for m in r.get("modes", []))
+    total_searches = sum(modes.values())
+    total_ms = sum(r.get("retrieval_ms", 0.0) for r in records)
+    out: dict[str, Any] = {
+        "questions": n,
+        "em": em, "f1": f, "gen_acc": ga,
+        **{k: mean(k) for k in RECALL_KEYS},
+        "searches": s,
+        "retrieval_ms": mean("retrieval_ms") or 0.0,
+        "retrieval_ms_per_search": total_ms / total_searches if total_searches else None,
+        "generation_ms": mean("generation_ms") or 0.0,
+        "prompt_tokens": mean("prompt_tokens") or 0.0,
+        "completion_tokens": mean("completion_tokens") or 0.0,
+        "wall_ms": mean("wall_ms") or 0.0,
+        "tradeoff": tradeoff(em, f, ga, s),
+        "format_ok": _mean([float(v) for v in col("format_ok") if v is not None]),
+        "mode_mix": {m: (modes[m] / total_searches if total_searches else 0.0) for m in MODES},
+        "mode_counts": {m: modes[m] for m in MODES},
+        "finish": dict(Counter(r.get("finish", "?") for r in records)),
+        "errors": sum(1 for r in records if r.get("finish") == "error"),
+    }
+    return out
+
+
+class ResultsLog:
+    """``<strategy>.jsonl``: one finished question per line, flushed as it lands, so a killed run loses at most the
+    line being written; loading drops that torn line and keeps the last record of each id."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._fh: TextIO | None = None
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """Records by id (the last one wins, so a retried question replaces its failed attempt)."""
+        if not self.path.exists():
+            return {}
+        self._repair_tail()
+        out: dict[str, dict[str, Any]] = {}
+        with open(self.path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    log.warning("%s:%d: skipping an unreadable line", self.path, n)
+                    continue
+                if isinstance(rec, dict) and "id" in rec:
+                    out[str(rec["id"])] = rec
+        return out
+
+    def _repair_tail(self) -> None:
+        """Cut a last line that has no newline: it is a record whose write was interrupted."""
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+            log.warning("%s: discarding a torn last line (%d bytes)", self.path, len(data) - keep)
+            with open(self.path, "r+b") as fh:
+                fh.truncate(keep)
+
+    def append(self, record: dict[str, Any]) -> None:
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "a", encoding="utf-8")
+        self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._fh.flush()
+
+    def reset(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None

@@ -1,0 +1,127 @@
+"""How one question is answered under each evaluated strategy, and what that cost.
+
+* ``learned``: the policy routes every search itself (RouteRAG).
+* ``passage`` / ``graph`` / ``hybrid``: the same policy, but every search is forced into that retrieval mode
+  (RouteRAG's Table 2 ablations): the loop still decides *whether* and *what* to search.
+* ``naive-rag``: one retrieval of the question itself (the settings' retrieval mode, hybrid by default; k documents,
+  3 by default), then one answer from those documents: the fixed-pipeline baseline every RAG paper reports.
+* ``no-retrieval``: the model answers from its own knowledge (the floor retrieval must beat).
+
+All strategies go through the engine's backends, so concurrent questions share its generation and retrieval
+batches.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from ..policy.answering import answer_directly, answer_from_documents
+from ..policy.tokens import TokenCounter
+from ..policy.types import Generation, GenerationRequest, Generator
+from ..retrieval import Mode, RetrievedDoc
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+Strategy = Literal["learned", "passage", "graph", "hybrid", "naive-rag", "no-retrieval"]
+STRATEGIES: tuple[Strategy, ...] = ("learned", "passage", "graph", "hybrid", "naive-rag", "no-retrieval")
+POLICY_STRATEGIES: tuple[Strategy, ...] = ("learned", "passage", "graph", "hybrid")
+"""Strategies that run the policy loop (and so have a format to get right)."""
+
+
+def parse_strategies(spec: str | list[str] | tuple[str, ...]) -> list[Strategy]:
+    """``"learned,naive-rag"`` (or a list) → validated strategies in the given order, without repeats."""
+    parts = spec.split(",") if isinstance(spec, str) else [p for s in spec for p in s.split(",")]
+    out: list[Strategy] = []
+    for p in (p.strip().lower() for p in parts):
+        if not p:
+            continue
+        if p not in STRATEGIES:
+            raise ValueError(f"unknown mode {p!r}; choose from {', '.join(STRATEGIES)}")
+        if p not in out:
+            out.append(p)  # type: ignore[arg-type]
+    if not out:
+        raise ValueError(f"no modes given; choose from {', '.join(STRATEGIES)}")
+    return out
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a strategy produced for one question: the answer, every search and every document, and the cost."""
+
+    prediction: str | None
+    finish: str
+    retrieves: bool
+    """False for ``no-retrieval``: its recall is undefined rather than 0."""
+    searches: list[tuple[Mode, str]] = field(default_factory=list)
+    """(mode, query) of each search, in order."""
+    search_ms: list[float] = field(default_factory=list)
+    docs: list[RetrievedDoc] = field(default_factory=list)
+    """Every retrieved document in retrieval order, repeats included."""
+    generation_ms: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    format_ok: bool | None = None
+    """Policy strategies: the policy answered in format without invalid turns or forcing; None otherwise."""
+
+
+class MeteredGenerator:
+    """Delegates to a generator and adds up the time and tokens of its calls, because ``answer_from_documents``
+    and ``answer_directly`` return only the answer text. One per question, so concurrent questions don't mix."""
+
+    def __init__(self, inner: Generator) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.tracks_tokens = inner.tracks_tokens
+        self.tokenizer = inner.tokenizer
+        self._counter = TokenCounter(inner.tokenizer)
+        self.generation_ms = 0.0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def render_prompt(self, user_message: str) -> tuple[str, list[int] | None]:
+        return self.inner.render_prompt(user_message)
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        t0 = time.perf_counter()
+        gen = await self.inner.generate(request)
+        self.generation_ms += (time.perf_counter() - t0) * 1000
+        # the same accounting as the policy loop: the backend's counts, else count the reply ourselves
+        self.prompt_tokens += gen.prompt_tokens
+        self.completion_tokens += gen.completion_tokens or self._counter.count(gen.text)
+        return gen
+
+
+async def run_strategy(engine: Engine, question: str, strategy: Strategy, *, budget: int | None = None,
+                       k: int | None = None) -> Outcome:
+    """Answer ``question`` with ``strategy``. ``budget`` and ``k`` override the policy settings (``k`` is also the
+    number of documents naive RAG retrieves)."""
+    if strategy in POLICY_STRATEGIES:
+        traj = await engine.ask(question, mode=strategy, budget=budget, k=k)  # type: ignore[arg-type]
+        steps = [s for s in traj.steps if s.action == "search"]
+        return Outcome(
+            prediction=traj.answer, finish=traj.finish, retrieves=True,
+            searches=[(s.mode or "passage", s.query or "") for s in steps],
+            search_ms=[s.retrieval_ms for s in steps],
+            docs=[d for res in traj.retrieved for d in res.docs],
+            generation_ms=traj.generation_ms, prompt_tokens=traj.prompt_tokens,
+            completion_tokens=traj.completion_tokens, format_ok=traj.format_ok)
+    # the model that writes final answers: the answer generator when one is configured (s3), else the policy model
+    gen = MeteredGenerator(engine.loop_config.answer_generator or engine.generator)
+    if strategy == "naive-rag":
+        mode: Mode = engine.settings.retrieval.mode
+        top_k = k if k is not None else engine.loop_config.k
+        t0 = time.perf_counter()
+        res = await engine.search.search(question, mode, top_k)
+        ms = res.ms if res.timings_ms else (time.perf_counter() - t0) * 1000
+        answer = await answer_from_documents(gen, question, res.docs)
+        return Outcome(prediction=answer, finish="answer", retrieves=True, searches=[(mode, question)],
+                       search_ms=[round(ms, 3)], docs=list(res.docs), generation_ms=round(gen.generation_ms, 3),
+                       prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens)
+    if strategy == "no-retrieval":
+        answer = await answer_directly(gen, question)
+        return Outcome(prediction=answer, finish="answer", retrieves=False, generation_ms=round(gen.generation_ms, 3),
+                       prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens)
+    raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")

@@ -1,0 +1,58 @@
+"""Answer metrics, shared by evaluation and the training rewards: SQuAD-normalised exact match and token F1, and
+s3's GenAcc span check. Every function takes a prediction and a list of gold aliases and scores the best alias."""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCT = set(string.punctuation)
+
+
+def normalize_answer(text: str | None) -> str:
+    """SQuAD normalisation: lower-case, drop punctuation and the articles a/an/the, collapse whitespace."""
+    if not text:
+        return ""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCT)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str | None, golds: Sequence[str]) -> float:
+    p = normalize_answer(prediction)
+    return float(any(p == normalize_answer(g) for g in golds if normalize_answer(g)))
+
+
+def f1(prediction: str | None, golds: Sequence[str]) -> float:
+    """Token-level F1 against the best alias (SQuAD). An empty prediction scores 0."""
+    pred = normalize_answer(prediction).split()
+    best = 0.0
+    for g in golds:
+        gold = normalize_answer(g).split()
+        if not gold or not pred:
+            continue
+        common = Counter(pred) & Counter(gold)
+        same = sum(common.values())
+        if same == 0:
+            continue
+        precision, recall = same / len(pred), same / len(gold)
+        best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def gen_acc(prediction: str | None, golds: Sequence[str]) -> float:
+    """s3's GenAcc: 1 when a normalised gold alias appears as a whole-token span of the normalised prediction
+    ("Paris" in "the city of Paris, France"), which forgives verbose but correct answers."""
+    pred = normalize_answer(prediction).split()
+    if not pred:
+        return 0.0
+    for g in golds:
+        gold = normalize_answer(g).split()
+        n = len(gold)
+        if n and any(pred[i : i + n] == gold for i in range(len(pred) - n + 1)):
+            return 1.0
+    return 0.0
