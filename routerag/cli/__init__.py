@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from .. import __version__
-from . import build, search
+from . import ask, build, evaluate, search, serve, train
 
 app = typer.Typer(
     name="routerag",
@@ -16,6 +16,10 @@ app = typer.Typer(
 )
 build.register(app)
 search.register(app)
+ask.register(app)
+serve.register(app)
+train.register(app)
+evaluate.register(app)
 
 
 @app.command("version")

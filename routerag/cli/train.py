@@ -1,0 +1,181 @@
+"""``routerag train`` (two-stage GRPO, local or verl), ``routerag train-sft`` (format warm start) and
+``routerag prepare-data`` (question sets → verl parquet and local JSONL)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..config import Settings, load_settings
+from .common import console, handle_errors, print_json, setup_logging
+
+log = logging.getLogger(__name__)
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_cmd)
+    app.command("train-sft")(sft_cmd)
+    app.command("prepare-data")(prepare_cmd)
+
+
+def _sample_index(out: Path) -> Path:
+    """The built-in micro dataset's index (the shipped sample corpus), built once into OUT."""
+    from graph_index.builder import build_index
+    from graph_index.store import MANIFEST
+
+    idx = out / "sample-index"
+    if not (idx / MANIFEST).is_file():
+        build_index([SAMPLES / "corpus.jsonl"], idx, Settings(), force=True, progress=False)
+    return idx
+
+
+@handle_errors
+def train_cmd(
+    stage: Annotated[int, typer.Option(help="1: correctness only; 2: stage 1 then stage 2 (efficiency) from "
+                                            "--switch-step on (RouteRAG: 20 of 40).")] = 2,
+    engine: Annotated[str, typer.Option(help="local (one machine, CPU or GPU) or verl (distributed).")] = "local",
+    out: Annotated[Path, typer.Option("--out", "-o", help="Run directory: checkpoints, metrics, plot.")] = Path("runs/train"),
+    index: Annotated[Optional[Path], typer.Option(help="Index to retrieve from (local engine, or verl in-process).")] = None,
+    questions: Annotated[Optional[list[Path]], typer.Option(help="Training questions (JSON/JSONL/parquet).")] = None,
+    model: Annotated[Optional[str], typer.Option(help="smollm2, a folder or hub name, or tiny-random.")] = None,
+    init_adapter: Annotated[Optional[str], typer.Option(help="Start from this LoRA adapter (the SFT warm start).")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Training steps (40).")] = None,
+    switch_step: Annotated[Optional[int], typer.Option(help="Last stage-1 step (20).")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Questions per step.")] = None,
+    group_size: Annotated[Optional[int], typer.Option(help="Rollouts per question.")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Learning rate.")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Use only the first N questions.")] = None,
+    nodes: Annotated[Optional[int], typer.Option(help="verl: nodes.")] = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option(help="verl: GPUs per node.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="verl: print the resolved command and config.")] = False,
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Two-stage GRPO (RouteRAG): stage 1 rewards correct answers, stage 2 also fast retrieval."""
+    setup_logging(verbose or not dry_run)
+    if stage not in (1, 2):
+        raise ValueError("--stage must be 1 or 2")
+    if engine not in ("local", "verl"):
+        raise ValueError("--engine must be local or verl")
+    overrides = {"engine": engine, "model": model, "init_adapter": init_adapter, "steps": steps,
+                 "switch_step": switch_step, "batch_size": batch_size, "group_size": group_size, "lr": lr}
+    if engine == "verl":
+        overrides["verl"] = {"nodes": nodes, "gpus_per_node": gpus_per_node,
+                             "train_files": [str(q) for q in questions] if questions else None}
+    settings = load_settings(Settings, config, train=overrides)
+    tcfg = settings.train
+    if stage == 1:
+        tcfg.switch_step = tcfg.steps  # never switch
+    if engine == "verl":
+        _train_verl(settings, out, index, dry_run)
+        return
+    from ..runtime import configure_threads
+
+    configure_threads()
+    tiny = tcfg.model == "tiny-random"
+    if tiny and not questions and index is None:  # the smoke preset: built-in micro dataset
+        index = _sample_index(out)
+        questions = [SAMPLES / "questions.jsonl"]
+        tcfg.batch_size, tcfg.group_size = min(tcfg.batch_size, 2), min(tcfg.group_size, 2)
+        tcfg.max_turn_tokens, tcfg.max_total_tokens, tcfg.micro_batch_size = 24, 160, 4
+        tcfg.lr = lr or 1e-3
+    if index is None or not questions:
+        raise ValueError("the local engine needs --index and --questions (or --model tiny-random for the smoke "
+                         "preset)")
+    from training.data import load_training_items
+    from training.local_trainer import METRICS, LocalGRPOTrainer
+    from training.plots import plot_training
+
+    items = [it for q in questions for it in load_training_items(q, limit=limit)]
+    trainer = LocalGRPOTrainer(settings, index, items, out)
+    history = trainer.train()
+    png = plot_training(out / METRICS, out / "reward_curve.png")
+    last = history[-1] if history else {}
+    console.print(f"[bold green]trained[/] {tcfg.steps} steps → {out}  (reward curve: {png})")
+    if last:
+        console.print(json.dumps({k: last[k] for k in ("step", "stage", "reward", "em", "format_ok", "searches",
+                                                       "retrieval_ms", "kl")}))
+
+
+def _train_verl(settings: Settings, out: Path, index: Path | None, dry_run: bool) -> None:
+    from training.verl_plugin.launch import prepare_launch
+
+    plan = prepare_launch(settings.train, out, index_dir=str(index) if index else None)
+    if dry_run:
+        console.print("[bold]command[/]")
+        print(plan["shell"])
+        console.print(f"[bold]agent loop[/] ({plan['agent_loops_yaml']})")
+        print(Path(plan["agent_loops_yaml"]).read_text())
+        console.print(f"[bold]base config[/] ({plan['config_yaml']})")
+        print(Path(plan["config_yaml"]).read_text())
+        console.print("[bold]resolved training settings[/]")
+        print_json(settings.train.model_dump(mode="json"))
+        return
+    try:
+        import verl  # noqa: F401
+    except ImportError:
+        raise RuntimeError("the verl engine needs verl: pip install 'routerag[train]' (and the gpu extra)") from None
+    env = {**os.environ, **plan["env"]}
+    raise typer.Exit(subprocess.call(plan["command"], env=env))
+
+
+@handle_errors
+def sft_cmd(
+    index: Annotated[Path, typer.Option(help="Index (to find the text of gold passages given by title).")],
+    questions: Annotated[list[Path], typer.Option(help="Questions with gold answers and supporting passages.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where the adapter goes.")] = Path("runs/sft"),
+    model: Annotated[Optional[str], typer.Option(help="smollm2, a folder or hub name, or tiny-random.")] = None,
+    epochs: Annotated[int, typer.Option(help="Passes over the examples.")] = 1,
+    lr: Annotated[float, typer.Option(help="Learning rate (LoRA).")] = 2e-4,
+    limit: Annotated[Optional[int], typer.Option(help="Use only the first N questions.")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Warm start (FrugalRAG): teach the search format from trajectories built on gold supporting passages."""
+    setup_logging(True)
+    import random
+
+    from graph_index.store import IndexData
+    from training.data import load_training_items
+    from training.models import load_policy
+    from training.sft import build_example, gold_documents, train_sft
+
+    from ..runtime import configure_threads
+
+    configure_threads()
+    settings = load_settings(Settings, config, train={"model": model})
+    model_, tok = load_policy(settings.train)
+    data = IndexData(index)
+    texts = {}
+    for p in data.passages:
+        texts.setdefault(p.title, p.text)
+    rng = random.Random(settings.train.seed)
+    items = [it for q in questions for it in load_training_items(q, limit=limit)]
+    examples = [ex for it in items if (ex := build_example(it, gold_documents(it, texts), tok, rng,
+                                                           max_information_tokens=settings.policy.max_information_tokens))]
+    if not examples:
+        raise ValueError("no usable examples: the questions need answers and supporting passages found in the index")
+    console.print(f"{len(examples)} warm-start examples from {len(items)} questions")
+    hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr)
+    console.print(f"[bold green]saved[/] {out / 'adapter'}  (final loss {hist[-1]['loss']:.4f})")
+
+
+@handle_errors
+def prepare_cmd(
+    inputs: Annotated[list[Path], typer.Argument(help="Question files: HippoRAG/RouteRAG JSON, JSONL, verl parquet.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")],
+    split: Annotated[str, typer.Option(help="Split name (file stem).")] = "train",
+    limit: Annotated[Optional[int], typer.Option(help="First N questions of each input.")] = None,
+    data_source: Annotated[Optional[str], typer.Option(help="data_source field (default: first input's name).")] = None,
+) -> None:
+    """Write OUT/<split>.parquet (verl's RL format, our policy prompt) and OUT/<split>.jsonl (local trainer, eval)."""
+    from training.data import prepare
+
+    print_json(prepare(inputs, out, split=split, limit=limit, data_source=data_source))

@@ -1,0 +1,230 @@
+"""Training: GRPO arithmetic against hand-computed numbers, the information mask, warm-start examples, data
+preparation, the verl launch plan, and the local engine's smoke preset end to end (with resume)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from routerag.cli import app
+from routerag.datasets import GoldPassage, QAItem
+from routerag.policy import parse_turn
+from routerag.policy.types import Segment, Trajectory
+from routerag.retrieval import RetrievedDoc
+from training.grpo import group_advantages, grpo_loss, low_var_kl, policy_loss, token_logprobs
+from training.sequences import collate, trajectory_tokens
+
+from .scripted import CharTokenizer
+
+# -- GRPO arithmetic -----------------------------------------------------------------------------------------------
+
+
+def test_group_advantages_by_hand() -> None:
+    adv = group_advantages(torch.tensor([1.0, 0.0, 1.0, 1.0, 0.5]), ["a", "a", "b", "b", "c"])
+    s = math.sqrt(0.5)  # unbiased std of [1, 0]
+    assert adv.tolist() == pytest.approx([0.5 / (s + 1e-6), -0.5 / (s + 1e-6), 0.0, 0.0, 0.5 / (1 + 1e-6)])
+
+
+def test_low_var_kl_by_hand() -> None:
+    kl = low_var_kl(torch.tensor([-1.0, -2.0, -1.0]), torch.tensor([-2.0, -1.0, -1.0]))
+    assert kl.tolist() == pytest.approx([math.exp(-1) + 1 - 1, math.exp(1) - 1 - 1, 0.0])
+
+
+def test_clipped_policy_loss_by_hand() -> None:
+    logp, old = torch.tensor([[-1.0, -1.0, -3.0]]), torch.tensor([[-1.2, -0.8, -3.0]])
+    adv = torch.tensor([[1.0, -1.0, 2.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])  # the third token is information: excluded
+    loss, stats = policy_loss(logp, old, adv, mask, clip=0.2)
+    # token 1: ratio e^0.2 = 1.2214 > 1.2 with A = 1 → max(−1.2214, −1.2) = −1.2
+    # token 2: ratio e^−0.2 = 0.8187 with A = −1 → max(0.8187, 0.8187 clipped? 0.8187 > 0.8 so unclipped) = 0.8187
+    assert loss.item() == pytest.approx((-1.2 + math.exp(-0.2)) / 2, abs=1e-6)
+    assert stats["clipfrac"] == pytest.approx(0.5)
+    ref = torch.tensor([[-1.0, -1.0, -9.0]])
+    total, s2 = grpo_loss(logp, old, ref, adv, mask, clip=0.2, kl_coef=0.5)
+    assert s2["kl"] == pytest.approx(0.0) and total.item() == pytest.approx(loss.item())
+
+
+def test_token_logprobs_are_next_token_log_probabilities() -> None:
+    logits = torch.log(torch.tensor([[[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]]]))
+    ids = torch.tensor([[0, 1, 1]])
+    assert token_logprobs(logits, ids)[0].tolist() == pytest.approx([math.log(0.5), math.log(0.1)])
+
+
+# -- masks ---------------------------------------------------------------------------------------------------------
+
+def traj_of(*segments: tuple[str, str]) -> Trajectory:
+    tok = CharTokenizer()
+    t = Trajectory(question="q")
+    t.segments = [Segment(kind, text, tok.encode(text)) for kind, text in segments]  # type: ignore[arg-type]
+    return t
+
+
+def test_mask_excludes_prompt_and_information_tokens() -> None:
+    t = traj_of(("prompt", "PP"), ("policy", "ab"), ("information", "III"), ("policy", "c"))
+    seq = trajectory_tokens(t)
+    assert seq.mask == [0, 0, 1, 1, 0, 0, 0, 1] and seq.policy_tokens == 3
+    batch = collate([seq], [2.0], [0], pad_id=0)
+    # position t predicts token t+1: the policy's tokens are predicted at positions 1, 2 and 6
+    assert batch.loss_mask[0].tolist() == [0, 1, 1, 0, 0, 0, 1]
+    assert batch.advantages[0].tolist() == [0, 2, 2, 0, 0, 0, 2]
+
+
+def test_masked_information_gets_no_gradient_signal() -> None:
+    logits = torch.zeros((1, 8, 128), requires_grad=True)
+    seq = trajectory_tokens(traj_of(("prompt", "PP"), ("policy", "ab"), ("information", "III"), ("policy", "c")))
+    b = collate([seq], [1.0], [0], pad_id=0)
+    lp = token_logprobs(logits, b.input_ids)
+    loss, _ = policy_loss(lp, lp.detach(), b.advantages, b.loss_mask)
+    loss.backward()
+    touched = (logits.grad.abs().sum(-1) > 0)[0].tolist()
+    assert touched == [False, True, True, False, False, False, True, False]
+
+
+# -- warm start and data -------------------------------------------------------------------------------------------
+
+def test_warm_start_examples_are_valid_policy_turns() -> None:
+    tok = CharTokenizer()
+    tok.apply_chat_template = lambda m, **kw: f"<user>{m[0]['content']}</user>"  # type: ignore[attr-defined]
+    item = QAItem("1", "Where was Joran Veld born?", ["Tarsk"],
+                  [GoldPassage("Joran Veld", "Joran Veld was born in Tarsk."), GoldPassage("Tarsk", "A town.")])
+    from training.sft import build_example, gold_documents
+
+    docs = gold_documents(item, {})
+    seen_two = False
+    for seed in range(6):
+        ex = build_example(item, docs, tok, random.Random(seed))
+        text = tok.decode(ex.ids)
+        policy = "".join(ch for ch, m in zip(text, ex.mask) if m)
+        assert "Joran Veld was born in Tarsk." in text and "Joran Veld was born in Tarsk." not in policy
+        assert policy.endswith("<answer> Tarsk </answer>")
+        turns = policy.split("</search>")
+        assert all(parse_turn(t + "</search>").kind == "search" for t in turns[:-1])
+        assert parse_turn(turns[-1]).kind == "answer"
+        seen_two |= len(turns) == 3
+    assert seen_two  # some examples search twice
+    assert build_example(QAItem("2", "q", ["a"], []), [], tok, random.Random(0)) is None
+
+
+def test_prepare_data_round_trip(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    qf = tmp_path / "q.jsonl"
+    qf.write_text(json.dumps({"question": "Where was Joran Veld born?", "answers": ["Tarsk"],
+                              "supporting": ["Joran Veld", {"title": "Tarsk", "text": "A town."}]}) + "\n")
+    res = CliRunner().invoke(app, ["prepare-data", str(qf), "--out", str(tmp_path / "data"), "--split", "dev"])
+    assert res.exit_code == 0, res.output
+    rows = pq.read_table(tmp_path / "data" / "dev.parquet").to_pylist()
+    assert rows[0]["reward_model"]["ground_truth"]["target"] == ["Tarsk"]
+    assert rows[0]["prompt"][0]["content"].endswith("Question: Where was Joran Veld born?\n")
+    from training.data import load_training_items
+
+    back = load_training_items(tmp_path / "data" / "dev.parquet")
+    assert back[0].question == "Where was Joran Veld born?" and back[0].answers == ["Tarsk"]
+    local = [json.loads(x) for x in (tmp_path / "data" / "dev.jsonl").read_text().splitlines()]
+    assert local[0]["supporting"] == [{"title": "Joran Veld"}, {"title": "Tarsk", "text": "A town."}]
+
+
+@pytest.mark.shared_data
+def test_routerag_training_parquet_reads(shared_data: Path) -> None:
+    from training.data import load_training_items
+
+    items = load_training_items(shared_data / "hotpotqa_rl" / "dev.parquet")
+    assert len(items) == 100
+    assert items[0].question == "What is the name of the school located near the Brea mall owned by Simon Property Group?"
+    assert items[0].answers == ["Brea Olinda High School"]
+    assert [g.title for g in items[0].supporting] == ["Brea Olinda High School", "Brea Mall"]
+
+
+# -- the verl launch plan ------------------------------------------------------------------------------------------
+
+def test_verl_dry_run_reproduces_the_routerag_recipe(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["train", "--stage", "2", "--engine", "verl", "--nodes", "1", "--gpus-per-node", "8",
+                                   "--questions", "data/train.parquet", "--index", str(tmp_path), "--out",
+                                   str(tmp_path / "run"), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    for expected in ("training.verl_plugin.main", "actor_rollout_ref.rollout.n=5", "data.train_batch_size=256",
+                     "actor_rollout_ref.actor.optim.lr=1e-06", "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+                     "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+                     "actor_rollout_ref.rollout.gpu_memory_utilization=0.6", "trainer.total_training_steps=40",
+                     "routerag.switch_step=20", "trainer.n_gpus_per_node=8", "kl_loss_type=low_var_kl",
+                     "fsdp_config.param_offload=True", "model.path=Qwen/Qwen2.5-7B-Instruct", "budget: 4", "k: 3"):
+        assert expected in out, expected
+
+
+def test_mini_batch_conversion() -> None:
+    from training.verl_plugin.launch import mini_batch_prompts
+
+    assert mini_batch_prompts(256, 128, 5) == 32
+    assert mini_batch_prompts(256, 128, 4) == 32
+    assert mini_batch_prompts(10, 128, 5) == 10
+
+
+# -- the local engine end to end -----------------------------------------------------------------------------------
+
+def test_smoke_preset_trains_checkpoints_and_resumes(tmp_path: Path, monkeypatch, minilm) -> None:
+    monkeypatch.setenv("ROUTERAG_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    args = ["train", "--stage", "1", "--engine", "local", "--model", "tiny-random", "--out", str(out)]
+    res = CliRunner().invoke(app, [*args, "--steps", "2"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and all(r["stage"] == 1 for r in rows)
+    for key in ("reward", "em", "searches", "retrieval_ms", "kl", "mode_mix", "reward_parts", "format_ok"):
+        assert key in rows[0]
+    assert (out / "checkpoint-2" / "model").is_dir() and (out / "reward_curve.png").is_file()
+    res = CliRunner().invoke(app, [*args, "--steps", "3"])  # resumes from checkpoint-2: runs only step 3
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+
+
+def test_logits_of_the_tail_only_give_the_same_log_probabilities() -> None:
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 6, 11, generator=g)
+    ids = torch.randint(0, 11, (2, 6), generator=g)
+    full = token_logprobs(logits, ids)
+    tail = token_logprobs(logits[:, 2:], ids)  # as if called with logits_to_keep=4
+    assert torch.allclose(tail[:, 2:], full[:, 2:]) and (tail[:, :2] == 0).all()
+
+
+def test_an_update_raises_rewarded_and_lowers_punished_sequences(tmp_path: Path) -> None:
+    """The local engine's update on a real (tiny) model: +1 advantage makes that rollout likelier, −1 rarer."""
+    from routerag.config import Settings
+    from training.local_trainer import LocalGRPOTrainer
+    from training.models import tiny_random_model
+    from training.sequences import TokenSequence, micro_batches
+
+    model, tok = tiny_random_model(0)
+    from training.models import add_lora
+    from routerag.config import LoraConfig
+
+    model = add_lora(model, LoraConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"]))
+    settings = Settings()
+    settings.train.lr, settings.train.kl_coef, settings.train.micro_batch_size = 5e-2, 0.0, 2
+    trainer = LocalGRPOTrainer.__new__(LocalGRPOTrainer)  # only the update machinery, no retriever needed
+    trainer.cfg, trainer.model, trainer.tokenizer, trainer.device, trainer.reference = settings.train, model, tok, "cpu", None
+    trainer.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
+    prompt = tok.encode("Question: what now?")
+
+    def seq(text):
+        ids = tok.encode(text)
+        return TokenSequence(prompt + ids, [0] * len(prompt) + [1] * len(ids))
+
+    good, bad = seq("<answer> alpha beta gamma </answer>"), seq("<search> delta epsilon zeta </search>")
+
+    def seq_logprob(seq):
+        mb = micro_batches([seq], [0.0], 1, tok.pad_token_id)[0]
+        return (trainer._logprobs(model, mb, grad=False) * mb.loss_mask).sum().item()
+
+    before = (seq_logprob(good), seq_logprob(bad))
+    for _ in range(3):
+        trainer.update([good, bad], [1.0, -1.0], [0, 0])
+    after = (seq_logprob(good), seq_logprob(bad))
+    assert after[0] > before[0] and after[1] < before[1]

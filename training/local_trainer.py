@@ -1,0 +1,300 @@
+"""The local GRPO engine: one machine, CPU or one GPU, and the CI path.
+
+Each step samples ``group_size`` rollouts for ``batch_size`` questions through the same policy loop the server runs
+(the generator shares the model being trained), scores them with the reward library (stage 1 until
+``switch_step``, then stage 2), normalises advantages within each question's group, and updates the policy with
+PPO's clipped ratio loss plus a low-variance KL to the reference policy, on the policy's own tokens only.
+Checkpoints are written atomically and a run resumes from its latest one; every step appends a JSON line of
+metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import shutil
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from routerag.config import GeneratorConfig, Settings, TrainConfig
+from routerag.datasets import QAItem
+from routerag.policy import LoopConfig, PolicyLoop, Trajectory
+from routerag.policy.backends.transformers_backend import TransformersGenerator
+from routerag.policy.search import LocalSearch
+from routerag.retrieval import Retriever
+
+from .grpo import first_loss_position, group_advantages, low_var_kl, policy_loss_tokens, token_logprobs
+from .models import is_peft, load_policy
+from .rewards import RewardConfig, Rollout, batch_rewards
+from .sequences import TokenSequence, micro_batches, trajectory_tokens
+
+log = logging.getLogger(__name__)
+
+METRICS = "metrics.jsonl"
+CHECKPOINT_PREFIX = "checkpoint-"
+
+
+class LocalGRPOTrainer:
+    def __init__(self, settings: Settings, index: str | Path, items: Sequence[QAItem], out: str | Path, *,
+                 model: Any = None, tokenizer: Any = None, retriever: Retriever | None = None,
+                 device: str | None = None) -> None:
+        self.settings = settings
+        self.cfg: TrainConfig = settings.train
+        self.items = list(items)
+        if not self.items:
+            raise ValueError("no training questions")
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        random.seed(self.cfg.seed)
+        torch.manual_seed(self.cfg.seed)
+        if model is None:
+            model, tokenizer = load_policy(self.cfg, device=self.device)
+        self.model, self.tokenizer = model, tokenizer
+        self.reference = None
+        if not is_peft(self.model) and self.cfg.kl_coef > 0:
+            import copy
+
+            self.reference = copy.deepcopy(self.model).eval()  # full fine-tuning: keep a frozen copy
+            for p in self.reference.parameters():
+                p.requires_grad_(False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr)
+        gen_cfg = GeneratorConfig(model=self.cfg.model, temperature=self.cfg.temperature, max_batch=32)
+        self.generator = TransformersGenerator(gen_cfg, model=self.model, tokenizer=self.tokenizer)
+        self.retriever = retriever or Retriever(index, settings.retrieval)
+        self.loop = PolicyLoop(self.generator, LocalSearch(self.retriever), LoopConfig(
+            budget=self.cfg.budget, k=self.cfg.k, max_information_tokens=self.cfg.max_information_tokens,
+            max_turn_tokens=self.cfg.max_turn_tokens, max_total_tokens=self.cfg.max_total_tokens,
+            temperature=self.cfg.temperature))
+        self.step = 0
+        self._order: list[int] = []
+        self._resume()
+
+    # -- the schedule ----------------------------------------------------------------------------------------------
+
+    def stage(self, step: int) -> int:
+        return 1 if step <= self.cfg.switch_step else 2
+
+    def reward_config(self, step: int) -> RewardConfig:
+        return RewardConfig.preset(self.cfg.stage1_reward if self.stage(step) == 1 else self.cfg.stage2_reward)
+
+    def _batch_items(self, step: int) -> list[QAItem]:
+        """Questions for ``step``: a fixed shuffled order, cycled (so a resumed run continues the same sequence)."""
+        if not self._order:
+            rng = random.Random(self.cfg.seed)
+            self._order = list(range(len(self.items)))
+            rng.shuffle(self._order)
+        n = self.cfg.batch_size
+        start = ((step - 1) * n) % len(self._order)
+        idx = [self._order[(start + j) % len(self._order)] for j in range(n)]
+        return [self.items[i] for i in idx]
+
+    # -- one step --------------------------------------------------------------------------------------------------
+
+    def train(self) -> list[dict[str, Any]]:
+        history = []
+        while self.step < self.cfg.steps:
+            metrics = self.train_step(self.step + 1)
+            history.append(metrics)
+            if self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps:
+                self.save_checkpoint()
+        return history
+
+    def rollouts(self, items: Sequence[QAItem]) -> list[Trajectory]:
+        """``group_size`` trajectories per question, all in flight together (the generator batches them)."""
+        async def go() -> list[Trajectory]:
+            tasks = [self.loop.run(it.question) for it in items for _ in range(self.cfg.group_size)]
+            return await asyncio.gather(*tasks)
+
+        self.model.eval()
+        return asyncio.run(go())
+
+    def train_step(self, step: int) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        items = self._batch_items(step)
+        trajs = self.rollouts(items)
+        t_roll = time.perf_counter() - t0
+        groups = [i for i in range(len(items)) for _ in range(self.cfg.group_size)]
+        golds = [items[g].answers for g in groups]
+        rollouts = [Rollout.from_trajectory(t) for t in trajs]
+        rcfg = self.reward_config(step)
+        rewards = batch_rewards(rollouts, golds, rcfg, budget=self.cfg.budget)
+        totals = torch.tensor([r.total for r in rewards], dtype=torch.float32)
+        adv = group_advantages(totals, groups).tolist()
+        seqs = [trajectory_tokens(t, self.cfg.max_total_tokens + 4096) for t in trajs]
+        t1 = time.perf_counter()
+        stats = self.update(seqs, adv, groups)
+        t_update = time.perf_counter() - t1
+        self.step = step
+        modes = Counter(s.mode for t in trajs for s in t.steps if s.action == "search")
+        n_search = sum(modes.values())
+        metrics = {
+            "step": step, "stage": self.stage(step), "reward_preset": self.cfg.stage1_reward if self.stage(step) == 1
+            else self.cfg.stage2_reward,
+            "reward": float(totals.mean()),
+            "reward_parts": {k: float(np.mean([r.parts[k] for r in rewards])) for k in rewards[0].parts},
+            "em": float(np.mean([r.parts["em"] for r in rewards])),
+            "format_ok": float(np.mean([t.format_ok for t in trajs])),
+            "answered": float(np.mean([t.answer is not None for t in trajs])),
+            "searches": float(np.mean([t.searches for t in trajs])),
+            "retrieval_ms": float(np.mean([t.retrieval_ms for t in trajs])),
+            "mode_mix": {m: round(c / n_search, 4) for m, c in modes.items()} if n_search else {},
+            "response_tokens": float(np.mean([s.policy_tokens for s in seqs])),
+            **stats,
+            "rollout_s": round(t_roll, 2), "update_s": round(t_update, 2),
+        }
+        with open(self.out / METRICS, "a", encoding="utf-8") as f:
+            f.write(json.dumps(metrics) + "\n")
+        log.info("step %d stage %d reward %.3f em %.3f searches %.2f kl %.4f", step, metrics["stage"],
+                 metrics["reward"], metrics["em"], metrics["searches"], metrics["kl"])
+        return metrics
+
+    # -- the update ------------------------------------------------------------------------------------------------
+
+    def _logprobs(self, model: Any, batch: Any, grad: bool) -> torch.Tensor:
+        # logits only from the first position that carries a loss: the long prompt needs hidden states, not the
+        # vocabulary-wide softmax
+        keep = batch.input_ids.shape[1] - first_loss_position(batch.loss_mask)
+        with torch.set_grad_enabled(grad):
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep).logits
+            return token_logprobs(logits, batch.input_ids)
+
+    def _reference_logprobs(self, batch: Any) -> torch.Tensor:
+        with torch.no_grad():
+            if self.reference is not None:
+                return self._logprobs(self.reference, batch, grad=False)
+            with self.model.disable_adapter():  # LoRA: the base weights are the reference policy
+                return self._logprobs(self.model, batch, grad=False)
+
+    def update(self, seqs: list[TokenSequence], adv: list[float], groups: list[int]) -> dict[str, float]:
+        cfg = self.cfg
+        pad = self.tokenizer.pad_token_id
+        keep = [i for i, s in enumerate(seqs) if s.policy_tokens > 0 and len(s.ids) > 1]
+        if not keep:
+            return {"loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "grad_norm": 0.0, "policy_tokens": 0}
+        q_of = {i: groups[i] for i in keep}
+        questions = sorted(set(q_of.values()))
+        per_update = cfg.mini_batch_size or len(questions)
+        # with a single update per batch the policy that sampled is the policy being updated, so the ratio is
+        # exactly 1 and its own (detached) log-probabilities are the old ones: one forward pass saved
+        single_update = cfg.ppo_epochs == 1 and per_update >= len(questions)
+        self.model.eval()  # old and reference log-probabilities without dropout
+        old: dict[int, torch.Tensor] = {}
+        ref: dict[int, torch.Tensor] = {}
+        if not single_update or cfg.kl_coef > 0:
+            for mb in micro_batches([seqs[i] for i in keep], [adv[i] for i in keep], cfg.micro_batch_size, pad,
+                                    self.device):
+                lp = None if single_update else self._logprobs(self.model, mb, grad=False)
+                rp = self._reference_logprobs(mb) if cfg.kl_coef > 0 else None
+                for row, j in enumerate(mb.index):
+                    if lp is not None:
+                        old[keep[j]] = lp[row].detach()
+                    if rp is not None:
+                        ref[keep[j]] = rp[row].detach()
+        self.model.train()
+        totals = Counter()
+        updates = 0
+        for _ in range(cfg.ppo_epochs):
+            for start in range(0, len(questions), per_update):
+                chosen = set(questions[start : start + per_update])
+                members = [i for i in keep if q_of[i] in chosen]
+                n_tokens = sum(seqs[i].policy_tokens - seqs[i].mask[0] for i in members) or 1
+                self.optimizer.zero_grad(set_to_none=True)
+                for mb in micro_batches([seqs[i] for i in members], [adv[i] for i in members], cfg.micro_batch_size,
+                                        pad, self.device):
+                    rows = [members[j] for j in mb.index]
+                    width = mb.loss_mask.shape[1]
+                    lp = self._logprobs(self.model, mb, grad=True)
+                    old_lp = lp.detach() if single_update else torch.stack([_fit(old[i], width) for i in rows])
+                    pg = policy_loss_tokens(lp, old_lp, mb.advantages, clip=cfg.clip)
+                    loss_tok = pg
+                    kl_tok = torch.zeros_like(pg)
+                    if cfg.kl_coef > 0:
+                        ref_lp = torch.stack([_fit(ref[i], width) for i in rows])
+                        kl_tok = low_var_kl(lp, ref_lp)
+                        loss_tok = pg + cfg.kl_coef * kl_tok
+                    # token-mean over the whole mini-batch, accumulated micro-batch by micro-batch
+                    loss = (loss_tok * mb.loss_mask).sum() / n_tokens
+                    loss.backward()
+                    with torch.no_grad():
+                        totals["loss"] += loss.item()
+                        totals["kl"] += (kl_tok * mb.loss_mask).sum().item() / n_tokens
+                        ratio = torch.exp(lp - old_lp)
+                        clipped = ((ratio - 1).abs() > cfg.clip).float()
+                        totals["clipfrac"] += (clipped * mb.loss_mask).sum().item() / n_tokens
+                params = [p for p in self.model.parameters() if p.requires_grad]
+                totals["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+                self.optimizer.step()
+                updates += 1
+        self.model.eval()
+        return {"loss": totals["loss"] / updates, "kl": totals["kl"] / updates,
+                "clipfrac": totals["clipfrac"] / updates, "grad_norm": totals["grad_norm"] / updates,
+                "policy_tokens": int(sum(seqs[i].policy_tokens for i in keep)), "updates": updates}
+
+    # -- checkpoints -----------------------------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> Path:
+        """OUT/checkpoint-N: the weights (the adapter for LoRA), optimiser, RNG and step; written to a temporary
+        folder, then renamed, so a killed run never leaves a half checkpoint."""
+        final = self.out / f"{CHECKPOINT_PREFIX}{self.step}"
+        tmp = self.out / f".{final.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        self.model.save_pretrained(tmp / "model")
+        self.tokenizer.save_pretrained(tmp / "model")
+        torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step,
+                    "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}, tmp / "state.pt")
+        (tmp / "train_config.json").write_text(self.cfg.model_dump_json(indent=2))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        return final
+
+    def _resume(self) -> None:
+        ckpt = latest_checkpoint(self.out)
+        if ckpt is None:
+            return
+        state = torch.load(ckpt / "state.pt", weights_only=False)
+        if is_peft(self.model):
+            from peft import set_peft_model_state_dict
+            from peft.utils import load_peft_weights
+
+            set_peft_model_state_dict(self.model, load_peft_weights(str(ckpt / "model"), device=self.device))
+        else:
+            from transformers import AutoModelForCausalLM
+
+            loaded = AutoModelForCausalLM.from_pretrained(ckpt / "model")
+            self.model.load_state_dict(loaded.state_dict())
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["python_rng"])
+        self.step = int(state["step"])
+        # metrics of steps after the checkpoint came from a run that died before saving: drop them
+        mf = self.out / METRICS
+        if mf.exists():
+            lines = [ln for ln in mf.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= self.step]
+            mf.write_text("".join(ln + "\n" for ln in lines))
+        log.info("resumed from %s (step %d)", ckpt, self.step)
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    found = [(int(p.name[len(CHECKPOINT_PREFIX):]), p) for p in Path(out).glob(f"{CHECKPOINT_PREFIX}*")
+             if p.is_dir() and p.name[len(CHECKPOINT_PREFIX):].isdigit()]
+    return max(found)[1] if found else None
+
+
+def _fit(t: torch.Tensor, width: int) -> torch.Tensor:
+    """Pad or cut a per-token vector to ``width`` (sequences are re-batched between passes)."""
+    if t.shape[0] >= width:
+        return t[:width]
+    return torch.cat([t, t.new_zeros(width - t.shape[0])])

@@ -1,0 +1,38 @@
+"""The reward curve of a training run, from its metrics JSONL (matplotlib, headless)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def plot_training(metrics_file: str | Path, out_png: str | Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in Path(metrics_file).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not rows:
+        raise ValueError(f"{metrics_file}: no metrics yet")
+    steps = [r["step"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    axes[0].plot(steps, [r["reward"] for r in rows], marker="o", label="reward")
+    axes[0].plot(steps, [r["em"] for r in rows], marker=".", label="EM")
+    axes[0].plot(steps, [r["format_ok"] for r in rows], marker=".", label="format-valid")
+    axes[0].set_title("reward, EM, format")
+    axes[1].plot(steps, [r["searches"] for r in rows], marker="o", color="tab:green")
+    axes[1].set_title("searches per rollout")
+    axes[2].plot(steps, [r["retrieval_ms"] for r in rows], marker="o", color="tab:red")
+    axes[2].set_title("retrieval ms per rollout")
+    switch = next((r["step"] for r in rows if r.get("stage") == 2), None)
+    for ax in axes:
+        ax.set_xlabel("step")
+        if switch is not None:
+            ax.axvline(switch - 0.5, color="grey", linestyle="--", linewidth=1)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(out_png)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,228 @@
+"""The reward library: pure functions of a finished rollout and its gold answers, composed by a :class:`RewardConfig`.
+
+The same code scores rollouts in the local GRPO trainer and in the verl plug-in. Parts:
+
+* correctness: EM, F1 or GenAcc (``routerag.metrics``);
+* format: ±w for answering in the required tags without invalid turns or forcing;
+* RouteRAG stage 2 efficiency (batch level): R = EM if EM = 0, else EM + (s̄ − sᵢ), with sᵢ = min(0.5·tᵢ/T, 0.5),
+  tᵢ the rollout's total retrieval time and T the batch's 95th percentile of it;
+* "Learning When to Search" retrieval-count reward (β = 0.3, RC = number of retrievals): stage 1 rewards trying
+  when wrong (−1 + β·RC, kept negative), stage 2 charges retrievals when right (1 − β·RC);
+* duplicate-query penalty: mean pairwise cosine of the rollout's queries;
+* s3's Gain Beyond RAG: GenAcc(policy) − GenAcc(naive top-3 RAG on the same question, cached);
+* a FrugalRAG-style stop reward: stop as soon as the evidence is complete.
+
+The presets ``routerag-stage1`` (EM) and ``routerag-stage2`` (EM + time efficiency) reproduce RouteRAG.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from routerag.metrics import exact_match, f1, gen_acc
+
+
+@dataclass(slots=True)
+class Rollout:
+    """What a reward may look at: a summary of one finished trajectory (JSON-serialisable, so it can travel through
+    verl's ``extra_fields``)."""
+
+    answer: str | None
+    searches: int = 0
+    retrieval_ms: float = 0.0
+    format_ok: bool = False
+    queries: list[str] = field(default_factory=list)
+    step_titles: list[list[str]] = field(default_factory=list)
+    """Titles retrieved by each search, in order."""
+
+    @classmethod
+    def from_trajectory(cls, traj: Any) -> Rollout:
+        searches = [s for s in traj.steps if s.action == "search"]
+        return cls(answer=traj.answer, searches=len(searches), retrieval_ms=traj.retrieval_ms,
+                   format_ok=traj.format_ok, queries=[s.query for s in searches if s.query],
+                   step_titles=[list(s.doc_titles) for s in searches])
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | str) -> Rollout:
+        if isinstance(d, str):
+            d = json.loads(d)
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+# -- single rewards ------------------------------------------------------------------------------------------------
+
+CORRECTNESS: dict[str, Callable[[str | None, Sequence[str]], float]] = {"em": exact_match, "f1": f1,
+                                                                        "genacc": gen_acc}
+
+
+def format_reward(rollout: Rollout, weight: float = 1.0) -> float:
+    """+weight for a well-formed rollout (answered in tags on its own), −weight otherwise."""
+    return weight if rollout.format_ok else -weight
+
+
+def routerag_time_efficiency(correct: Sequence[float], retrieval_ms: Sequence[float], *,
+                             percentile: float = 95.0, scale: float = 0.5) -> list[float]:
+    """RouteRAG's stage-2 reward for a batch: EM when wrong, else EM + (s̄ − sᵢ).
+
+    sᵢ = min(scale·tᵢ/T, scale) with T the batch ``percentile`` of retrieval time, so sᵢ and s̄ lie in [0, 0.5];
+    a batch that never retrieved (T = 0) gets no efficiency term.
+    """
+    t = np.asarray(retrieval_ms, dtype=np.float64)
+    em = np.asarray(correct, dtype=np.float64)
+    if len(t) == 0:
+        return []
+    big_t = float(np.percentile(t, percentile))
+    s = np.minimum(scale * t / big_t, scale) if big_t > 0 else np.zeros_like(t)
+    bonus = s.mean() - s
+    return [float(e + b) if e > 0 else float(e) for e, b in zip(em, bonus)]
+
+
+def retrieval_count_reward(correct: bool, retrievals: int, stage: Literal[1, 2], *, beta: float = 0.3,
+                           negative_cap: float = -0.1, correct_floor: float = 0.1) -> float:
+    """"Learning When to Search": stage 1 (fix under-retrieval) gives 1 when right and −1 + β·RC, capped at
+    ``negative_cap``, when wrong, so trying helps but never pays as much as being right; stage 2 (fix
+    over-retrieval) gives 1 − β·RC, floored at ``correct_floor``, when right, so every retrieval costs but a right
+    answer still beats a wrong one (−1)."""
+    if stage == 1:
+        return 1.0 if correct else min(-1.0 + beta * retrievals, negative_cap)
+    return max(1.0 - beta * retrievals, correct_floor) if correct else -1.0
+
+
+def duplicate_query_penalty(queries: Sequence[str], embed: Callable[[list[str]], np.ndarray]) -> float:
+    """Mean pairwise cosine of the rollout's queries (0 for fewer than two): asking the same thing twice costs."""
+    if len(queries) < 2:
+        return 0.0
+    v = np.asarray(embed(list(queries)), dtype=np.float64)
+    v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    pairs = list(itertools.combinations(range(len(queries)), 2))
+    return float(np.mean([v[i] @ v[j] for i, j in pairs]))
+
+
+class GainBeyondRAG:
+    """s3's reward: GenAcc of the rollout's answer minus GenAcc of naive RAG (top-3 retrieval of the question, then
+    the same answer generator), the baseline computed once per question and cached."""
+
+    def __init__(self, baseline: Callable[[str], str], cache: dict[str, str] | None = None) -> None:
+        self.baseline = baseline
+        self.cache: dict[str, str] = cache if cache is not None else {}
+
+    def baseline_answer(self, question: str) -> str:
+        if question not in self.cache:
+            self.cache[question] = self.baseline(question)
+        return self.cache[question]
+
+    def __call__(self, rollout: Rollout, question: str, golds: Sequence[str]) -> float:
+        return gen_acc(rollout.answer, golds) - gen_acc(self.baseline_answer(question), golds)
+
+
+def frugal_stop_reward(rollout: Rollout, gold_titles: Sequence[str], budget: int) -> float:
+    """FrugalRAG-style: reward stopping once the gold evidence is in hand. 1 − (searches after full coverage) /
+    budget when every gold title was retrieved; −1 when the rollout stopped early without it; 0 when it used the
+    whole budget without finding it."""
+    gold = {t.lower() for t in gold_titles}
+    if not gold:
+        return 0.0
+    seen: set[str] = set()
+    covered_at = None
+    for i, titles in enumerate(rollout.step_titles, 1):
+        seen |= {t.lower() for t in titles}
+        if covered_at is None and gold <= seen:
+            covered_at = i
+    if covered_at is None:
+        return 0.0 if rollout.searches >= budget else -1.0
+    return 1.0 - (rollout.searches - covered_at) / max(budget, 1)
+
+
+# -- composition ---------------------------------------------------------------------------------------------------
+
+
+class RewardConfig(BaseModel):
+    """Which parts make the reward, and their weights. ``total = correctness-or-efficiency + Σ weighted parts``."""
+
+    stage: Literal[1, 2] = 1
+    correctness: Literal["em", "f1", "genacc"] = "em"
+    efficiency: Literal["none", "routerag_time", "retrieval_count"] = "none"
+    """``routerag_time``: RouteRAG's batch-centred time reward (replaces plain correctness); ``retrieval_count``:
+    the staged retrieval-count reward (replaces it too)."""
+    beta: float = Field(0.3, ge=0)
+    format_weight: float = Field(0.0, ge=0)
+    duplicate_weight: float = Field(0.0, ge=0)
+    gain_beyond_rag_weight: float = Field(0.0, ge=0)
+    stop_weight: float = Field(0.0, ge=0)
+    time_percentile: float = Field(95.0, gt=0, le=100)
+
+    @classmethod
+    def preset(cls, name: str) -> RewardConfig:
+        presets = {
+            "routerag-stage1": cls(stage=1, correctness="em", efficiency="none"),
+            "routerag-stage2": cls(stage=2, correctness="em", efficiency="routerag_time"),
+            "count-stage1": cls(stage=1, correctness="em", efficiency="retrieval_count"),
+            "count-stage2": cls(stage=2, correctness="em", efficiency="retrieval_count"),
+        }
+        if name not in presets:
+            raise ValueError(f"unknown reward preset {name!r}; choose {', '.join(presets)}")
+        return presets[name]
+
+
+@dataclass(slots=True)
+class RewardBreakdown:
+    total: float
+    parts: dict[str, float]
+
+
+def batch_rewards(
+    rollouts: Sequence[Rollout],
+    golds: Sequence[Sequence[str]],
+    cfg: RewardConfig,
+    *,
+    questions: Sequence[str] | None = None,
+    gold_titles: Sequence[Sequence[str]] | None = None,
+    budget: int = 4,
+    embed: Callable[[list[str]], np.ndarray] | None = None,
+    gain_beyond_rag: GainBeyondRAG | None = None,
+) -> list[RewardBreakdown]:
+    """Score a batch (batch-level parts, like RouteRAG's time reward, need the whole batch)."""
+    score = CORRECTNESS[cfg.correctness]
+    correct = [score(r.answer, g) for r, g in zip(rollouts, golds, strict=True)]
+    em = [exact_match(r.answer, g) for r, g in zip(rollouts, golds)]
+    if cfg.efficiency == "routerag_time":
+        base = routerag_time_efficiency(correct, [r.retrieval_ms for r in rollouts], percentile=cfg.time_percentile)
+    elif cfg.efficiency == "retrieval_count":
+        base = [retrieval_count_reward(c > 0, r.searches, cfg.stage, beta=cfg.beta) for c, r in zip(correct, rollouts)]
+    else:
+        base = list(correct)
+    out = []
+    for i, r in enumerate(rollouts):
+        parts = {"correctness": correct[i], "em": em[i], "base": base[i], "searches": float(r.searches),
+                 "retrieval_ms": r.retrieval_ms}
+        total = base[i]
+        if cfg.format_weight:
+            parts["format"] = format_reward(r, cfg.format_weight)
+            total += parts["format"]
+        if cfg.duplicate_weight:
+            if embed is None:
+                raise ValueError("the duplicate-query penalty needs an embed function")
+            parts["duplicate"] = duplicate_query_penalty(r.queries, embed)
+            total -= cfg.duplicate_weight * parts["duplicate"]
+        if cfg.gain_beyond_rag_weight:
+            if gain_beyond_rag is None or questions is None:
+                raise ValueError("Gain Beyond RAG needs its baseline and the questions")
+            parts["gain_beyond_rag"] = gain_beyond_rag(r, questions[i], golds[i])
+            total += cfg.gain_beyond_rag_weight * parts["gain_beyond_rag"]
+        if cfg.stop_weight:
+            if gold_titles is None:
+                raise ValueError("the stop reward needs the gold supporting titles")
+            parts["stop"] = frugal_stop_reward(r, gold_titles[i], budget)
+            total += cfg.stop_weight * parts["stop"]
+        out.append(RewardBreakdown(total=float(total), parts=parts))
+    return out
