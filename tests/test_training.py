@@ -16,7 +16,6 @@ from routerag.cli import app
 from routerag.datasets import GoldPassage, QAItem
 from routerag.policy import parse_turn
 from routerag.policy.types import Segment, Trajectory
-from routerag.retrieval import RetrievedDoc
 from training.grpo import group_advantages, grpo_loss, low_var_kl, policy_loss, token_logprobs
 from training.sequences import collate, trajectory_tokens
 

@@ -12,18 +12,12 @@ import typer
 from rich.table import Table
 
 from ..config import Settings, load_settings
-from .common import console, handle_errors, setup_logging
+from .common import (AdapterOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt, policy_overrides,
+                     console, handle_errors, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
     app.command("ask")(ask_cmd)
-
-
-def policy_overrides(policy: str | None, backend: str | None, base_url: str | None, adapter: str | None,
-                     temperature: float | None) -> dict:
-    """CLI flags → the ``policy.generator`` section of :class:`Settings`."""
-    return {"generator": {"model": policy, "backend": backend, "base_url": base_url, "adapter": adapter,
-                          "temperature": temperature}}
 
 
 @handle_errors
@@ -33,14 +27,13 @@ def ask_cmd(
     mode: Annotated[str, typer.Option(help="learned (the policy routes), or force passage, graph or hybrid.")] = "learned",
     budget: Annotated[Optional[int], typer.Option(help="Searches before an answer is forced (4).")] = None,
     k: Annotated[Optional[int], typer.Option("-k", help="Documents per search (3).")] = None,
-    policy: Annotated[Optional[str], typer.Option(help="Policy model: smollm2 (embedded), a folder, a hub name, or "
-                                                       "the served model name for --backend openai.")] = None,
-    backend: Annotated[Optional[str], typer.Option(help="transformers, openai or vllm.")] = None,
-    base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible server of the policy.")] = None,
-    adapter: Annotated[Optional[str], typer.Option(help="LoRA adapter folder for the policy.")] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (0 = greedy).")] = None,
+    policy: PolicyOpt = None,
+    backend: BackendOpt = None,
+    base_url: BaseUrlOpt = None,
+    adapter: AdapterOpt = None,
+    temperature: TemperatureOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the answer and the full trace as JSON.")] = False,
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
+    config: ConfigOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Answer one question with the routing policy: it reasons, searches (passage, graph or both) and answers."""

@@ -9,12 +9,9 @@ import typer
 from rich.table import Table
 
 from ..config import Settings, load_settings
-from .common import console, handle_errors, print_json, setup_logging
+from .common import ConfigOpt, JsonOpt, VerboseOpt, console, handle_errors, print_json, setup_logging
 
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML file with build settings.")]
 SkipBadOpt = Annotated[bool, typer.Option("--skip-bad", help="Skip and count malformed corpus records.")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,8 @@ import logging
 import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -63,3 +64,22 @@ def handle_errors(fn: F) -> F:
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+
+
+# Options several commands share, declared once.
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+PolicyOpt = Annotated[Optional[str], typer.Option(help="Policy model: smollm2 (embedded), a folder, a hub name, or "
+                                                       "the served model name for --backend openai.")]
+BackendOpt = Annotated[Optional[str], typer.Option(help="transformers, openai or vllm.")]
+BaseUrlOpt = Annotated[Optional[str], typer.Option(help="OpenAI-compatible server of the policy.")]
+AdapterOpt = Annotated[Optional[str], typer.Option(help="LoRA adapter folder for the policy.")]
+TemperatureOpt = Annotated[Optional[float], typer.Option(help="Sampling temperature (0 = greedy).")]
+
+
+def policy_overrides(policy: str | None, backend: str | None, base_url: str | None, adapter: str | None,
+                     temperature: float | None) -> dict:
+    """The policy flags → the ``policy.generator`` section of :class:`~routerag.config.Settings`."""
+    return {"generator": {"model": policy, "backend": backend, "base_url": base_url, "adapter": adapter,
+                          "temperature": temperature}}

@@ -13,8 +13,8 @@ from rich import box
 from rich.table import Table
 
 from ..config import Settings, load_settings
-from .ask import policy_overrides
-from .common import console, handle_errors, setup_logging
+from .common import (AdapterOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt, policy_overrides,
+                     console, handle_errors, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -36,17 +36,16 @@ def eval_cmd(
     budget: Annotated[Optional[int], typer.Option(min=0, help="Searches before an answer is forced (4).")] = None,
     k: Annotated[Optional[int], typer.Option("-k", min=1, help="Documents per search, and naive-rag's documents "
                                                                "(3).")] = None,
-    policy: Annotated[Optional[str], typer.Option(help="Policy model: smollm2 (embedded), a folder, a hub name, or "
-                                                       "the served model name for --backend openai.")] = None,
-    backend: Annotated[Optional[str], typer.Option(help="transformers, openai or vllm.")] = None,
-    base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible server of the policy.")] = None,
-    adapter: Annotated[Optional[str], typer.Option(help="LoRA adapter folder for the policy.")] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (0 = greedy).")] = None,
+    policy: PolicyOpt = None,
+    backend: BackendOpt = None,
+    base_url: BaseUrlOpt = None,
+    adapter: AdapterOpt = None,
+    temperature: TemperatureOpt = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Discard earlier results of these modes instead of "
                                                         "resuming.")] = False,
     max_errors: Annotated[int, typer.Option(min=1, help="Stop a mode after this many failed questions.")] = 10,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
+    config: ConfigOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Evaluate on question sets: EM, F1, GenAcc, supporting-passage recall@2/5/10, searches, time and tokens per

@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from ..config import Settings, load_settings
-from .ask import policy_overrides
-from .common import err_console, handle_errors, setup_logging
+from .common import (AdapterOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt, policy_overrides,
+                     err_console, handle_errors, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -21,19 +21,18 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def serve_cmd(
     index: Annotated[Path, typer.Argument(help="Index directory.")],
-    policy: Annotated[Optional[str], typer.Option(help="Policy model: smollm2 (embedded), a folder, a hub name, or "
-                                                       "the served model name for --backend openai.")] = None,
-    backend: Annotated[Optional[str], typer.Option(help="transformers, openai or vllm.")] = None,
-    base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible server of the policy.")] = None,
-    adapter: Annotated[Optional[str], typer.Option(help="LoRA adapter folder for the policy.")] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (0 = greedy).")] = None,
+    policy: PolicyOpt = None,
+    backend: BackendOpt = None,
+    base_url: BaseUrlOpt = None,
+    adapter: AdapterOpt = None,
+    temperature: TemperatureOpt = None,
     host: Annotated[Optional[str], typer.Option(help="Interface to listen on (127.0.0.1).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port (8000).")] = None,
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", help="Require 'Authorization: Bearer <key>' on every route but /health and the docs. Prefer "
                           "the environment variable ROUTERAG_SERVER__API_KEY: a flag is visible to other users "
                           "in the process list.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
+    config: ConfigOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request.")] = False,
 ) -> None:
     """Serve an index over HTTP: the routing policy at POST /ask (JSON or Server-Sent Events) and plain retrieval at
