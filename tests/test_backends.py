@@ -104,3 +104,23 @@ def test_vllm_backend_through_a_stand_in_engine(monkeypatch) -> None:
     prompt, params, _ = engine.calls[0]
     assert prompt == {"prompt_token_ids": [9, 9]}
     assert params["stop"] == ["</search>"] and params["include_stop_str_in_output"] and params["max_tokens"] == 50
+
+
+@pytest.mark.slow
+def test_the_shipped_router_adapter_loads_and_speaks_the_search_format() -> None:
+    """The default policy is the embedded base plus the adapter shipped in routerag/policy/weights; unlike the
+    base model, its first turn is a well-formed search (greedy, so deterministic)."""
+    from routerag.config import EMBEDDED_ROUTER
+    from routerag.policy import parse_turn
+    from routerag.policy.backends.transformers_backend import TransformersGenerator
+    from routerag.policy.prompt import DEFAULT_INSTRUCTION, user_message
+
+    assert GeneratorConfig().model == EMBEDDED_ROUTER
+    gen = TransformersGenerator(GeneratorConfig())
+    assert hasattr(gen.model, "peft_config")
+    text, ids = gen.render_prompt(user_message(DEFAULT_INSTRUCTION, "In what city was Marisol Vantreigh born?"))
+    g = asyncio.run(gen.generate(GenerationRequest(text, ids, max_tokens=60, stop=("</search>", "</answer>"))))
+    turn = parse_turn(g.text)
+    assert turn.kind == "search", g.text
+    with pytest.raises(ValueError, match="already carries its adapter"):
+        TransformersGenerator(GeneratorConfig(adapter="/some/other/adapter"))

@@ -70,8 +70,9 @@ def print_json(obj: Any) -> None:
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
-PolicyOpt = Annotated[Optional[str], typer.Option(help="Policy model: smollm2 (embedded), a folder, a hub name, or "
-                                                       "the served model name for --backend openai.")]
+PolicyOpt = Annotated[Optional[str], typer.Option(help="Policy model: smollm2-routerag (embedded, trained), smollm2 "
+                                                       "(embedded base), a folder, a hub name, or the served model "
+                                                       "name for --backend openai.")]
 BackendOpt = Annotated[Optional[str], typer.Option(help="transformers, openai or vllm.")]
 BaseUrlOpt = Annotated[Optional[str], typer.Option(help="OpenAI-compatible server of the policy.")]
 AdapterOpt = Annotated[Optional[str], typer.Option(help="LoRA adapter folder for the policy.")]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ...batching import MicroBatcher
-from ...config import EMBEDDED_POLICY, GeneratorConfig
+from ...config import EMBEDDED_POLICY, EMBEDDED_ROUTER, GeneratorConfig
 from ..types import Generation, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -70,15 +70,30 @@ def embedded_policy_folder() -> Path:
     return target
 
 
+def embedded_router_adapter() -> Path:
+    """The LoRA router adapter shipped inside this package (trained on CPU from the embedded SmolLM2)."""
+    folder = Path(__file__).resolve().parents[1] / "weights" / EMBEDDED_ROUTER
+    if not (folder / "adapter_config.json").is_file():
+        raise RuntimeError(f"the shipped router adapter is missing from {folder}: reinstall routerag, or use "
+                           f"--policy {EMBEDDED_POLICY} (the untrained base model)")
+    return folder
+
+
 def load_model_and_tokenizer(model: str, *, adapter: str | None = None, device: str | None = None,
                              dtype: str = "auto") -> tuple[Any, Any]:
-    """A causal LM and its tokenizer from ``smollm2`` (embedded GGUF), a local folder or a hub name."""
+    """A causal LM and its tokenizer from ``smollm2`` (embedded GGUF), ``smollm2-routerag`` (the same plus the
+    shipped router adapter), a local folder or a hub name."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    source = str(embedded_policy_folder()) if model == EMBEDDED_POLICY else model
+    if model == EMBEDDED_ROUTER:
+        if adapter:
+            raise ValueError(f"{EMBEDDED_ROUTER} already carries its adapter; to apply another one use "
+                             f"--policy {EMBEDDED_POLICY} --adapter {adapter}")
+        adapter = str(embedded_router_adapter())
+    source = str(embedded_policy_folder()) if model in (EMBEDDED_POLICY, EMBEDDED_ROUTER) else model
     if Path(source).expanduser().exists():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local model never needs the hub
     torch_dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16,

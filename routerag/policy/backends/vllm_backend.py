@@ -21,6 +21,9 @@ class VLLMGenerator:
             import vllm
         except ImportError as exc:  # pragma: no cover - exercised only without vllm
             raise RuntimeError("the vllm backend needs vLLM: pip install 'routerag[gpu]'") from exc
+        if engine is None and cfg.model.startswith("smollm2"):
+            raise ValueError(f"{cfg.model} is the embedded CPU policy (transformers backend); the vllm backend needs "
+                             "a model folder or hub name: --policy PATH")
         self.vllm = vllm
         self.cfg = cfg
         self.name = f"vllm:{cfg.model}"
