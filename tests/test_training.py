@@ -227,3 +227,27 @@ def test_an_update_raises_rewarded_and_lowers_punished_sequences(tmp_path: Path)
         trainer.update([good, bad], [1.0, -1.0], [0, 0])
     after = (seq_logprob(good), seq_logprob(bad))
     assert after[0] > before[0] and after[1] < before[1]
+
+
+def test_sft_warm_start_command_writes_adapter_metrics_and_curve(tmp_path: Path, monkeypatch, minilm,
+                                                                 spacy_extractor) -> None:
+    """``routerag train-sft`` end to end on a tiny random model: examples from gold passages found in the index by
+    title, a loss that goes down over 3 epochs on 2 examples, the model, metrics and loss curve written."""
+    from .server_helpers import build_small_index
+
+    monkeypatch.setenv("ROUTERAG_CACHE_DIR", str(tmp_path / "cache"))
+    index = build_small_index(tmp_path / "idx", minilm, spacy_extractor)
+    qs = tmp_path / "qs.jsonl"
+    qs.write_text("\n".join(json.dumps(q) for q in [
+        {"question": "Where was Joran Veld born?", "answers": ["Tarsk"], "supporting": ["Joran Veld"]},
+        {"question": "Which waterway does Tarsk sit astride?", "answers": ["Ossel waterway"], "supporting": ["Tarsk"]},
+    ]) + "\n")
+    out = tmp_path / "sft"
+    res = CliRunner().invoke(app, ["train-sft", "--index", str(index), "--questions", str(qs), "--model",
+                                   "tiny-random", "--epochs", "3", "--lr", "1e-2", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "2 warm-start examples" in res.output
+    rows = [json.loads(x) for x in (out / "sft_metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [0, 1, 2] and rows[-1]["loss"] < rows[0]["loss"]
+    assert (out / "sft_loss.png").stat().st_size > 0
+    assert any((out / name).is_dir() for name in ("adapter", "model"))

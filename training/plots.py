@@ -36,3 +36,28 @@ def plot_training(metrics_file: str | Path, out_png: str | Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def plot_sft(metrics_file: str | Path, out_png: str | Path) -> Path:
+    """The warm start's loss per optimiser step (``sft_metrics.jsonl``), epochs marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in Path(metrics_file).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not rows:
+        raise ValueError(f"{metrics_file}: no metrics yet")
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], marker="o")
+    for prev, row in zip(rows, rows[1:]):
+        if row["epoch"] != prev["epoch"]:
+            ax.axvline(row["step"] - 0.5, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("optimiser step")
+    ax.set_ylabel("cross-entropy on policy tokens")
+    ax.set_title("SFT warm start")
+    fig.tight_layout()
+    out = Path(out_png)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -164,7 +164,11 @@ def sft_cmd(
         raise ValueError("no usable examples: the questions need answers and supporting passages found in the index")
     console.print(f"{len(examples)} warm-start examples from {len(items)} questions")
     hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr)
-    console.print(f"[bold green]saved[/] {out / 'adapter'}  (final loss {hist[-1]['loss']:.4f})")
+    from training.plots import plot_sft
+
+    plot_sft(out / "sft_metrics.jsonl", out / "sft_loss.png")
+    console.print(f"[bold green]saved[/] {out / 'adapter'}  (final loss {hist[-1]['loss']:.4f}; curve: "
+                  f"{out / 'sft_loss.png'})")
 
 
 @handle_errors
