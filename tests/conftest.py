@@ -54,3 +54,21 @@ def components(build_cfg: Settings, minilm, spacy_extractor) -> Components:
 @pytest.fixture
 def sample_corpus() -> Path:
     return ROOT / "samples" / "corpus.jsonl"
+
+
+@pytest.fixture(scope="session")
+def index(tmp_path_factory, minilm, spacy_extractor) -> Path:
+    """The two-hop fixture corpus as an index, built once and only read (the server tests share it; a module that
+    needs another index defines its own ``index``)."""
+    from .server_helpers import build_small_index
+
+    return build_small_index(tmp_path_factory.mktemp("twohop") / "idx", minilm, spacy_extractor)
+
+
+@pytest.fixture(scope="session")
+def retriever(index: Path, minilm):
+    """A retriever over :func:`index` (thread-safe, no event-loop state, so one serves every module)."""
+    from routerag.config import RetrievalConfig
+    from routerag.retrieval import Retriever
+
+    return Retriever(index, RetrievalConfig(), embedder=minilm)

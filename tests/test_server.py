@@ -12,26 +12,16 @@ from typing import Any
 import httpx
 import pytest
 
-from routerag.config import RetrievalConfig, Settings
+from routerag.config import Settings
 from routerag.engine import Engine
 from routerag.policy.search import parse_document
 from routerag.retrieval import Retriever
 from server.app import create_app
 
 from .scripted import ScriptedGenerator
-from .server_helpers import RoutingPolicy, build_small_index, parse_sse
+from .server_helpers import RoutingPolicy, parse_sse
 
 Q = "Where was Joran Veld born?"
-
-
-@pytest.fixture(scope="module")
-def index(tmp_path_factory, minilm, spacy_extractor) -> Path:
-    return build_small_index(tmp_path_factory.mktemp("server") / "idx", minilm, spacy_extractor)
-
-
-@pytest.fixture(scope="module")
-def retriever(index: Path, minilm) -> Retriever:
-    return Retriever(index, RetrievalConfig(), embedder=minilm)
 
 
 @pytest.fixture(scope="module")

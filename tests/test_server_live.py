@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from routerag.config import GeneratorConfig, RetrievalConfig, Settings
+from routerag.config import GeneratorConfig, Settings
 from routerag.engine import Engine
 from routerag.policy.backends.openai_backend import OpenAIGenerator
 from routerag.policy.search import HTTPSearch
@@ -19,19 +19,9 @@ from routerag.retrieval import Retriever
 from server.app import create_app
 
 from .fake_openai import FakeOpenAIServer, Reply
-from .server_helpers import RoutingPolicy, build_small_index, live_server, parse_sse
+from .server_helpers import RoutingPolicy, live_server, parse_sse
 
 Q = "Where was Joran Veld born?"
-
-
-@pytest.fixture(scope="module")
-def index(tmp_path_factory, minilm, spacy_extractor) -> Path:
-    return build_small_index(tmp_path_factory.mktemp("server-live") / "idx", minilm, spacy_extractor)
-
-
-@pytest.fixture(scope="module")
-def retriever(index: Path, minilm) -> Retriever:
-    return Retriever(index, RetrievalConfig(), embedder=minilm)
 
 
 @pytest.fixture(scope="module")

@@ -11,24 +11,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from routerag.config import RetrievalConfig, Settings
+from routerag.config import Settings
 from routerag.engine import Engine
 from routerag.retrieval import Retriever
 from server.app import create_app
 
-from .server_helpers import RoutingPolicy, build_small_index
+from .server_helpers import RoutingPolicy
 
 EXAMPLES = 12
-
-
-@pytest.fixture(scope="module")
-def index(tmp_path_factory, minilm, spacy_extractor) -> Path:
-    return build_small_index(tmp_path_factory.mktemp("server-schema") / "idx", minilm, spacy_extractor)
-
-
-@pytest.fixture(scope="module")
-def retriever(index: Path, minilm) -> Retriever:
-    return Retriever(index, RetrievalConfig(), embedder=minilm)
 
 
 @pytest.mark.parametrize("api_key", [None, "schema-key"])
