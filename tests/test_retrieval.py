@@ -194,3 +194,71 @@ def test_query_entities_prefer_the_longest_name(retriever: Retriever) -> None:
     names = [retriever.data.graph.vs[v]["name"] for v in retriever.query_entities("Did Joran Veld swim the River Pell?")]
     assert "e:joran veld" in names and "e:river pell" in names
     assert "e:veld" not in names and "e:pell" not in names  # inside the longer matches
+
+
+# -- fact matching ------------------------------------------------------------------------------------------------
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_float16_screened_fact_matching_equals_the_float32_scan() -> None:
+    from routerag.retrieval.facts import FactScorer
+
+    rng = np.random.default_rng(0)
+    facts = unit_rows(rng.standard_normal((5000, 64)))
+    # near-ties that float16 cannot tell apart: copies nudged by less than its resolution
+    base = facts[:20]
+    facts[20:40] = unit_rows(base + 1e-5 * rng.standard_normal(base.shape))
+    facts[40:60] = base  # exact duplicates: ties go to the lower index
+    queries = np.vstack([unit_rows(base[:6] + 0.3 * rng.standard_normal((6, 64))), base[6:9]])
+    scorer = FactScorer(facts)
+    small = scorer.match(queries, 5)  # screened in float16, rescored in float32
+    big = scorer._match_gemm(queries, 5)  # the float32 scan
+    exact = queries @ facts.T
+    for r in range(len(queries)):
+        order = np.lexsort((np.arange(len(facts)), -exact[r]))[:5]
+        assert list(small.top[r]) == list(order)
+        assert np.allclose(small.scores[r], exact[r, order], atol=1e-6)
+        assert small.lo[r] == pytest.approx(exact[r].min(), abs=1e-6)
+        assert small.hi[r] == pytest.approx(exact[r].max(), abs=1e-6)
+        assert set(big.top[r]) == set(order) or np.allclose(np.sort(exact[r, big.top[r]]), np.sort(exact[r, order]))
+    assert scorer.bound(1.0) < 2e-3  # the proven float16 error stays small for unit vectors
+
+
+# -- LLM fact filter -----------------------------------------------------------------------------------------------
+
+def test_fact_filter_parses_answers_and_never_breaks_retrieval(retriever: Retriever) -> None:
+    from tests.fake_openai import FakeOpenAIServer, Reply, last_user_message
+
+    from routerag.retrieval.fact_filter import parse_keep
+
+    assert parse_keep('Sure: {"keep": [2, "1", 9, 2, true]}', 3) == [1, 0]  # out of range, repeats, bools dropped
+    assert parse_keep("no json here", 3) is None and parse_keep('{"keep": "all"}', 3) is None
+    assert parse_keep('{"keep": []}', 3) == []
+
+    def handler(req: dict) -> Reply:
+        msg = last_user_message(req)
+        if "boom" in msg:
+            return Reply(status=500, error="scripted failure")
+        if "glass" in msg:
+            return Reply(text='{"keep": []}')
+        lines = [ln for ln in msg.splitlines() if ln[:1].isdigit()]
+        keep = [i + 1 for i, ln in enumerate(lines) if "veld" in ln.lower()]  # only facts about Joran Veld
+        return Reply(text='{"keep": %s}' % keep)
+
+    with FakeOpenAIServer(handler) as server:
+        cfg = RetrievalConfig(device="cpu", fact_filter=True, fact_filter_base_url=server.base_url,
+                              fact_filter_model="fake-model")
+        filtered = Retriever(retriever.data, cfg, embedder=retriever.embedder)
+        plain = retriever.search([QUESTION], mode="graph", k=3)[0]
+        res = filtered.search([QUESTION], mode="graph", k=3)[0]
+        assert any("veld" not in " ".join(f).lower() for f, _ in plain.facts)  # the filter has work to do
+        assert res.facts and all("veld" in " ".join(f).lower() for f, _ in res.facts)
+        assert "filter" in res.timings_ms and len(server.requests) == 1
+        dropped = filtered.search(["glass"], mode="graph", k=3)[0]
+        assert dropped.facts == [] and "fact filter kept no fact" in dropped.fallback and len(dropped.docs) == 3
+        failed = filtered.search(["boom glass"], mode="graph", k=3)[0]  # a failed call keeps every fact
+        assert [f for f, _ in failed.facts] == [f for f, _ in retriever.search(["boom glass"], mode="graph", k=3)[0].facts]
+    with pytest.raises(ValueError, match="fact_filter needs"):
+        RetrievalConfig(fact_filter=True)

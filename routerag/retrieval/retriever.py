@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import faiss
 import numpy as np
 import scipy.sparse as sp
 
@@ -33,13 +32,12 @@ from graph_index.store import IndexData
 from routerag.config import DenseIndexConfig, EmbedderConfig, RetrievalConfig
 from routerag.embedders import Embedder, make_embedder
 
+from .fact_filter import LLMFactFilter
+from .facts import FactScorer, top_rows
 from .fusion import reciprocal_rank_fusion
 from .ppr import PPRSolver, igraph_ppr
 
 log = logging.getLogger(__name__)
-
-SMALL_BATCH = 8
-"""Up to this many queries, facts are scored one query at a time with FAISS's kernel."""
 
 Mode = Literal["passage", "graph", "hybrid"]
 MODES: tuple[Mode, ...] = ("passage", "graph", "hybrid")
@@ -98,10 +96,14 @@ class Retriever:
         self.n_passages = len(self.passages)
         self.dense = maybe_to_gpu(self.data.dense, dense_cfg)
         self.passage_emb = np.ascontiguousarray(self.data.passage_emb)
-        self.fact_emb = np.ascontiguousarray(self.data.fact_emb)
         self.facts = self.data.facts
         self._graph_ready = False
         self._graph_lock = threading.Lock()
+        self.fact_filter = None
+        if self.cfg.fact_filter:
+            key = self.cfg.fact_filter_api_key
+            self.fact_filter = LLMFactFilter(self.cfg.fact_filter_base_url, self.cfg.fact_filter_model,
+                                             api_key=key.get_secret_value() if key else None)
 
     # -- loading the graph part lazily: passage-only users never pay for it -------------------------------------
 
@@ -126,6 +128,7 @@ class Retriever:
             ends[j, 0] = vertex.get(ENTITY_PREFIX + s, -1)
             ends[j, 1] = vertex.get(ENTITY_PREFIX + o, -1)
         self.fact_ends = ends
+        self.fact_scorer = FactScorer(np.ascontiguousarray(self.data.fact_emb))
         counts = np.zeros(g.vcount(), dtype=np.float64)
         counts[self.n_passages:] = self.data.entity_passage_counts
         self.entity_passages = counts
@@ -254,17 +257,25 @@ class Retriever:
         fallbacks: list[str | None] = [None] * b
         linked = [False] * b
         if len(self.facts) and cfg.fact_top_k > 0:
-            raw = self._fact_scores(q)
+            m = self.fact_scorer.match(q, cfg.fact_top_k)
             # min-max normalisation over all facts (HippoRAG 2), applied only to the winners
-            lo, hi = raw.min(axis=1), raw.max(axis=1)
-            span = np.where(hi > lo, hi - lo, 1.0)
-            top = _top_rows(raw, cfg.fact_top_k)
+            span = np.where(m.hi > m.lo, m.hi - m.lo, 1.0)
+            chosen = [[(int(j), float((x - m.lo[r]) / span[r])) for j, x in zip(m.top[r], m.scores[r])]
+                      for r in range(b)]
             timings["facts"] = _ms(t)
+            if self.fact_filter is not None:
+                t = time.perf_counter()
+                kept = self.fact_filter.keep(queries, [[self.facts[j] for j, _ in c] for c in chosen])
+                for r, keep in enumerate(kept):
+                    if keep is not None:
+                        chosen[r] = [chosen[r][i] for i in keep]
+                        if not keep:
+                            fallbacks[r] = "the fact filter kept no fact"
+                timings["filter"] = _ms(t)
             t = time.perf_counter()
             for r in range(b):
-                chosen = [(int(j), float((raw[r, j] - lo[r]) / span[r])) for j in top[r]]
-                facts[r] = [(self.facts[j], s) for j, s in chosen]
-                for v, w in self._entity_seeds(chosen).items():
+                facts[r] = [(self.facts[j], s) for j, s in chosen[r]]
+                for v, w in self._entity_seeds(chosen[r]).items():
                     seed(r, v, w)
                     linked[r] = True
         if cfg.query_entity_weight > 0:
@@ -274,7 +285,8 @@ class Retriever:
                     linked[r] = True
         for r in range(b):
             if not linked[r]:
-                fallbacks[r] = "the query links to no entity node; dense seeds only"
+                why = fallbacks[r] + " and" if fallbacks[r] else "the query links to no entity node;"
+                fallbacks[r] = f"{why} dense seeds only"
             if not seeds[r]:  # all dense scores equal and no entity: seed uniformly over passages
                 seeds[r] = dict.fromkeys(range(self.n_passages), 1.0)
                 fallbacks[r] = "no usable seed; uniform over passages"
@@ -293,22 +305,10 @@ class Retriever:
             scores = self.solver.solve(reset, rows=self._passage_rows, validate=False)  # P × b
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
-        top = _top_rows(scores.T, depth)
+        top = top_rows(scores.T, depth)
         lists = [[(int(i), float(scores[i, r])) for i in top[r]] for r in range(b)]
         timings["rank"] = _ms(t)
         return lists, facts, fallbacks
-
-    def _fact_scores(self, q: np.ndarray) -> np.ndarray:
-        """Query × fact inner products: a BLAS GEMM for a batch, FAISS's single-threaded SIMD scan for a few
-        queries (as fast as a two-thread GEMV without touching the BLAS thread pool)."""
-        if q.shape[0] > SMALL_BATCH:
-            return q @ self.fact_emb.T
-        n, d = self.fact_emb.shape
-        out = np.empty((q.shape[0], n), dtype=np.float32)
-        for r in range(q.shape[0]):
-            qr = np.ascontiguousarray(q[r])
-            faiss.fvec_inner_products_ny(faiss.swig_ptr(out[r]), faiss.swig_ptr(qr), faiss.swig_ptr(self.fact_emb), d, n)
-        return out
 
     def query_entities(self, query: str) -> list[int]:
         """Entity vertices the query names verbatim: its longest normalised n-grams that are entity nodes, not
@@ -355,19 +355,3 @@ def _minmax_rows(x: np.ndarray) -> np.ndarray:
     hi = x.max(axis=1, keepdims=True)
     span = hi - lo
     return np.divide(x - lo, span, out=np.zeros_like(x, dtype=np.float32), where=span > 0).astype(np.float32)
-
-
-def _top_rows(x: np.ndarray, k: int) -> np.ndarray:
-    """Column indices of the k largest entries of each row, best first (ties by index).
-
-    torch.topk selects (multi-threaded, several times faster than numpy's argpartition on wide rows); the winners
-    are then ordered by (score, index) so ties are deterministic.
-    """
-    import torch
-
-    k = min(k, x.shape[1])
-    _, idx = torch.topk(torch.from_numpy(np.ascontiguousarray(x)), k, dim=1, sorted=False)
-    part = idx.numpy()
-    vals = np.take_along_axis(x, part, axis=1)
-    order = np.lexsort((part, -vals), axis=1)
-    return np.take_along_axis(part, order, axis=1)

@@ -1,0 +1,92 @@
+"""HippoRAG 2's recognition memory: a language model reads the facts matched to a query and keeps only those that
+help answer it, so a fact that is merely similar in wording does not seed the PageRank.
+
+Any OpenAI-compatible chat endpoint serves (vLLM, OpenAI, llama.cpp). A batch of queries is sent concurrently. A
+failed or unreadable answer keeps every candidate: the filter may only ever sharpen retrieval, never break it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+log = logging.getLogger(__name__)
+
+Fact = tuple[str, str, str]
+
+SYSTEM = (
+    "You select evidence for a question-answering system. You get a question and numbered candidate facts, each a "
+    "(subject, relation, object) triple extracted from documents. Keep the facts that are about the entities of "
+    "the question or lead towards its answer; drop the ones that only share words with it. Reply with JSON only: "
+    '{"keep": [numbers of the kept facts, most useful first]}; {"keep": []} if none helps.'
+)
+
+
+def build_messages(query: str, facts: Sequence[Fact]) -> list[dict[str, str]]:
+    listing = "\n".join(f"{i + 1}. ({s}; {p}; {o})" for i, (s, p, o) in enumerate(facts))
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Question: {query}\n\nCandidate facts:\n{listing}"}]
+
+
+def parse_keep(text: str, n: int) -> list[int] | None:
+    """0-based indices of the kept facts in the model's order, or None when the answer cannot be read."""
+    match = re.search(r"\{.*\}", text, flags=re.S)
+    if match is None:
+        return None
+    try:
+        data = json.loads(match.group(0))
+    except json.JSONDecodeError:
+        return None
+    keep = data.get("keep") if isinstance(data, dict) else None
+    if not isinstance(keep, list):
+        return None
+    out: list[int] = []
+    for item in keep:
+        if isinstance(item, bool) or not isinstance(item, int | str):
+            continue
+        try:
+            i = int(item) - 1
+        except ValueError:
+            continue
+        if 0 <= i < n and i not in out:
+            out.append(i)
+    return out
+
+
+class LLMFactFilter:
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 30.0,
+                 max_concurrency: int = 8) -> None:
+        import openai
+
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=2)
+        self.model = model
+        self.max_concurrency = max_concurrency
+
+    def keep(self, queries: Sequence[str], candidates: Sequence[Sequence[Fact]]) -> list[list[int] | None]:
+        """Per query, the indices of the candidates to keep (the model's order), or None where the model failed —
+        the caller then keeps them all."""
+        if len(queries) != len(candidates):
+            raise ValueError("one candidate list per query")
+        jobs = [(q, c) for q, c in zip(queries, candidates)]
+        with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(jobs)))) as pool:
+            return list(pool.map(lambda job: self._one(*job), jobs))
+
+    def _one(self, query: str, facts: Sequence[Fact]) -> list[int] | None:
+        if not facts:
+            return []
+        import openai
+
+        try:
+            resp = self.client.chat.completions.create(model=self.model, messages=build_messages(query, facts),
+                                                       temperature=0.0, max_tokens=64)
+        except openai.OpenAIError as exc:
+            log.warning("fact filter request failed (%s); keeping all %d facts", exc, len(facts))
+            return None
+        text = resp.choices[0].message.content or ""
+        kept = parse_keep(text, len(facts))
+        if kept is None:
+            log.warning("fact filter answer unreadable (%r); keeping all %d facts", text[:200], len(facts))
+        return kept
