@@ -31,6 +31,15 @@ log = logging.getLogger(__name__)
 
 MODE_TAGS = ("[passage]", "[graph]", "[graph][passage]")
 
+# Thoughts vary and carry content (the question, the page found, the answer read from it): with one fixed sentence
+# per turn, a 135M model learned to repeat the sentences (even as its answer) instead of reading the documents.
+FIRST_THOUGHTS = ("I need to look this up.", "I do not know this; I will search for it.",
+                  "Question: {question} I should search.", "Let me search for {query}.")
+NEXT_THOUGHTS = ("I found {title}; I need one more search.", "The page {title} helps, but I need one more search.",
+                 "Now I search for {query}.")
+ANSWER_THOUGHTS = ("The documents say {answer}.", "According to {title}, the answer is {answer}.",
+                   "The answer is {answer}.", "I found it: {answer}.")
+
 
 class _NoGeneration:
     """Lets us borrow :meth:`PolicyLoop.information_block` (one format everywhere) without a real backend."""
@@ -72,10 +81,15 @@ def build_example(item: QAItem, docs: Sequence[RetrievedDoc], tokenizer: Any, rn
         plan = [(item.question, list(docs))]
     for n, (query, found) in enumerate(plan):
         tag = rng.choice(MODE_TAGS)
-        think = "I need to look this up." if n == 0 else "I have part of the answer; I need one more search."
+        if n == 0:
+            think = rng.choice(FIRST_THOUGHTS).format(question=item.question, query=query)
+        else:
+            think = rng.choice(NEXT_THOUGHTS).format(title=plan[0][1][0].title, query=query)
         parts.append((f"<think>{think}</think>\n<search>{tag} {query}</search>", 1))
         parts.append((loop.information_block(RetrievalResult(query, "passage", found)), 0))
-    parts.append((f"<think>The documents give the answer.</think>\n<answer> {item.answers[0]} </answer>", 1))
+    answer = item.answers[0]
+    think = rng.choice(ANSWER_THOUGHTS).format(answer=answer, title=docs[0].title)
+    parts.append((f"<think>{think}</think>\n<answer> {answer} </answer>", 1))
     ids: list[int] = []
     mask: list[int] = []
     for text, m in parts:
