@@ -251,3 +251,45 @@ def test_sft_warm_start_command_writes_adapter_metrics_and_curve(tmp_path: Path,
     assert [r["epoch"] for r in rows] == [0, 1, 2] and rows[-1]["loss"] < rows[0]["loss"]
     assert (out / "sft_loss.png").stat().st_size > 0
     assert any((out / name).is_dir() for name in ("adapter", "model"))
+
+
+def test_after_a_warm_start_the_kl_reference_is_the_warm_start(tmp_path: Path) -> None:
+    """With ``--init-adapter`` the reference policy is a frozen copy of that adapter (KL 0 before any update), not
+    the base model; training leaves the copy alone and checkpoints hold only the trained adapter."""
+    from routerag.config import LoraConfig, Settings
+    from training.models import REFERENCE_ADAPTER, add_lora, load_policy, reference_policy, tiny_random_model
+    from training.sequences import TokenSequence, micro_batches
+
+    model, tok = tiny_random_model(0)
+    warm = add_lora(model, LoraConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    for name, p in warm.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.5)  # a warm start that differs from the base
+    warm.save_pretrained(tmp_path / "warm")
+    settings = Settings()
+    settings.train.model, settings.train.init_adapter = "tiny-random", str(tmp_path / "warm")
+    policy, _ = load_policy(settings.train)
+    assert REFERENCE_ADAPTER in policy.peft_config and policy.active_adapter == "default"
+    trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
+    assert trainable and all(REFERENCE_ADAPTER not in n for n in trainable)
+    ids = tok.encode("Question: where? <answer> Tarsk </answer>")
+    mb = micro_batches([TokenSequence(ids, [1] * len(ids))], [0.0], 1, tok.pad_token_id)[0]
+
+    def logits(m):
+        with torch.no_grad():
+            return m(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+
+    now = logits(policy)
+    with reference_policy(policy) as ref:
+        assert torch.allclose(logits(ref), now, atol=1e-6)  # KL 0 at the start
+    with policy.disable_adapter():
+        assert not torch.allclose(logits(policy), now, atol=1e-3)  # the base model is a different policy
+    assert {n for n, p in policy.named_parameters() if p.requires_grad} == trainable  # flags restored
+    for name, p in policy.named_parameters():
+        if p.requires_grad:
+            p.data += 0.1  # a training step moves the policy, not the reference
+    moved = logits(policy)
+    with reference_policy(policy) as ref:
+        assert torch.allclose(logits(ref), now, atol=1e-6) and not torch.allclose(moved, now, atol=1e-4)
+    policy.save_pretrained(tmp_path / "ckpt", selected_adapters=["default"])
+    assert not (tmp_path / "ckpt" / REFERENCE_ADAPTER).exists()

@@ -32,7 +32,7 @@ from routerag.policy.search import LocalSearch
 from routerag.retrieval import Retriever
 
 from .grpo import first_loss_position, group_advantages, low_var_kl, policy_loss_tokens, token_logprobs
-from .models import is_peft, load_policy
+from .models import is_peft, load_policy, reference_policy
 from .rewards import RewardConfig, Rollout, batch_rewards
 from .sequences import TokenSequence, micro_batches, trajectory_tokens
 
@@ -174,8 +174,8 @@ class LocalGRPOTrainer:
         with torch.no_grad():
             if self.reference is not None:
                 return self._logprobs(self.reference, batch, grad=False)
-            with self.model.disable_adapter():  # LoRA: the base weights are the reference policy
-                return self._logprobs(self.model, batch, grad=False)
+            with reference_policy(self.model) as ref:  # LoRA: the warm-start adapter, or the base weights
+                return self._logprobs(ref, batch, grad=False)
 
     def update(self, seqs: list[TokenSequence], adv: list[float], groups: list[int]) -> dict[str, float]:
         cfg = self.cfg
@@ -251,7 +251,10 @@ class LocalGRPOTrainer:
         tmp = self.out / f".{final.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        self.model.save_pretrained(tmp / "model")
+        if is_peft(self.model):  # the trained adapter only, not the frozen reference copy
+            self.model.save_pretrained(tmp / "model", selected_adapters=["default"])
+        else:
+            self.model.save_pretrained(tmp / "model")
         self.tokenizer.save_pretrained(tmp / "model")
         torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step,
                     "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}, tmp / "state.pt")

@@ -3,6 +3,8 @@ tests; optionally wrapped in a LoRA adapter (peft)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from routerag.config import LoraConfig, TrainConfig
@@ -30,6 +32,10 @@ def tiny_random_model(seed: int = 0) -> tuple[Any, Any]:
     return model, tok
 
 
+REFERENCE_ADAPTER = "reference"
+"""Name of the frozen copy of ``--init-adapter`` that serves as the KL reference."""
+
+
 def load_policy(cfg: TrainConfig, *, device: str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer), with a trainable LoRA adapter when ``cfg.lora.enabled`` (or ``cfg.init_adapter``)."""
     if cfg.model == TINY_RANDOM:
@@ -40,6 +46,10 @@ def load_policy(cfg: TrainConfig, *, device: str | None = None) -> tuple[Any, An
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True)
+        # a frozen second copy is the KL reference: the warm start, not the untrained base (RouteRAG's reference is
+        # the policy training starts from)
+        model.load_adapter(cfg.init_adapter, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+        model.set_adapter("default")
     elif cfg.lora.enabled:
         model = add_lora(model, cfg.lora)
     if device:
@@ -66,3 +76,19 @@ def add_lora(model: Any, lora: LoraConfig) -> Any:
 
 def is_peft(model: Any) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+@contextlib.contextmanager
+def reference_policy(model: Any) -> Iterator[Any]:
+    """The model as the KL reference: the frozen warm-start adapter when there is one, else the base weights
+    (adapter off). Switching adapters flips peft's ``requires_grad`` flags; they are restored on exit."""
+    if REFERENCE_ADAPTER in model.peft_config:
+        active = model.active_adapter
+        model.set_adapter(REFERENCE_ADAPTER)
+        try:
+            yield model
+        finally:
+            model.set_adapter(active)
+    else:
+        with model.disable_adapter():
+            yield model
