@@ -95,7 +95,7 @@ class PPRSolver:
         return cls(a, **kwargs)
 
     @classmethod
-    def from_igraph(cls, graph, weight: str = "weight", **kwargs) -> PPRSolver:
+    def from_igraph(cls, graph, weight: str = "weight", **kwargs) -> PPRSolver:  # noqa: ANN001
         edges = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(-1, 2)
         weights = np.asarray(graph.es[weight] if graph.ecount() else [], dtype=np.float64)
         return cls.from_edges(graph.vcount(), edges[:, 0], edges[:, 1], weights, **kwargs)
@@ -155,7 +155,7 @@ class PPRSolver:
         are touched (scipy; ``support`` holds the rows where it may be non-zero, so nothing scans the whole
         block). Then whole products: on the CPU in torch on views of the same numpy buffers, whose CSR kernels use
         every core and, with 32-bit indices, beat scipy's at every block width (``addmv``/``addmm`` accumulate in
-        place).
+        place). The whole-product steps are :meth:`_torch_steps`, shared with the CUDA path.
         """
         b = rhs.toarray(order="C")  # CSC would default to Fortran order: strided rows defeat the kernels
         if self.device == "cuda":
@@ -186,35 +186,36 @@ class PPRSolver:
         import torch
 
         one = b.shape[1] == 1
+        # torch views share the numpy buffers: the result lands in x
         xt, rt, st = (torch.from_numpy(a[:, 0] if one else a) for a in (x, res, step))
-        accumulate = rt.addmv_ if one else rt.addmm_  # rt += d S st without a temporary
-        for _ in range(k, self.steps):
+        self._torch_steps(xt, rt, st, rho, k)
+        return x
+
+    def _chebyshev_cuda(self, b: np.ndarray) -> np.ndarray:
+        import torch
+
+        rt = torch.from_numpy(np.ascontiguousarray(b)).to("cuda")
+        st = rt.clone()
+        xt = torch.zeros_like(rt)
+        self._torch_steps(xt, rt, st, self.damping, 0)
+        return xt.cpu().numpy()
+
+    def _torch_steps(self, xt, rt, st, rho: float, start: int) -> None:  # noqa: ANN001 - torch tensors
+        """Chebyshev steps ``start`` … ``steps - 1`` in place on torch tensors (CPU views or CUDA), from the
+        recurrence state ``rho``; ``rt += d S st`` accumulates without a temporary (``addmv``/``addmm``)."""
+        d = self.damping
+        sigma = 1.0 / d
+        accumulate = rt.addmv_ if rt.dim() == 1 else rt.addmm_
+        for _ in range(start, self.steps):
             xt += st
             accumulate(self._torch_S, st, alpha=d)
             rt.sub_(st)
             rho_next = 1.0 / (2 * sigma - rho)
             st.mul_(rho_next * rho).add_(rt, alpha=2 * rho_next / d)
             rho = rho_next
-        return x
-
-    def _chebyshev_cuda(self, b: np.ndarray) -> np.ndarray:
-        import torch
-
-        d = self.damping
-        sigma, rho = 1.0 / d, d
-        rt = torch.from_numpy(np.ascontiguousarray(b)).to("cuda")
-        st = rt.clone()
-        xt = torch.zeros_like(rt)
-        for _ in range(self.steps):
-            xt += st
-            rt.add_(self._torch_S @ st, alpha=d).sub_(st)
-            rho_next = 1.0 / (2 * sigma - rho)
-            st.mul_(rho_next * rho).add_(rt, alpha=2 * rho_next / d)
-            rho = rho_next
-        return xt.cpu().numpy()
 
 
-def igraph_ppr(graph, reset: np.ndarray, damping: float = 0.5, weight: str = "weight") -> np.ndarray:
+def igraph_ppr(graph, reset: np.ndarray, damping: float = 0.5, weight: str = "weight") -> np.ndarray:  # noqa: ANN001
     """The per-query reference: igraph's prpack, as HippoRAG 2 calls it."""
     r = np.where(np.isfinite(reset) & (reset > 0), reset, 0)
     return np.asarray(graph.personalized_pagerank(vertices=None, directed=False, damping=damping,
