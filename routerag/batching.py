@@ -20,8 +20,12 @@ R = TypeVar("R")
 
 class MicroBatcher(Generic[T, R]):
     def __init__(self, fn: Callable[[list[T]], Sequence[R]], *, max_batch: int = 64, max_wait_ms: float = 2.0,
-                 name: str = "batcher") -> None:
+                 name: str = "batcher", exclusive: threading.Lock | None = None) -> None:
+        """``exclusive``: a lock held while a batch runs; batchers sharing one never run at the same time (the local
+        trainer gives its generator and its retriever one, so retrieval is timed without generation competing for
+        the cores, since stage 2 rewards that time)."""
         self.fn = fn
+        self.exclusive = exclusive
         self.max_batch = max_batch
         self.max_wait = max_wait_ms / 1000.0
         # one worker thread: batches of one model run one after another, never interleaved
@@ -68,7 +72,7 @@ class MicroBatcher(Generic[T, R]):
             self.batches += 1
             self.items += len(live)
             try:
-                results = await loop.run_in_executor(self._executor, self.fn, [item for item, _ in live])
+                results = await loop.run_in_executor(self._executor, self._call, [item for item, _ in live])
                 if len(results) != len(live):
                     raise RuntimeError(f"batch function returned {len(results)} results for {len(live)} items")
             except Exception as exc:  # every waiter of the batch gets the error
@@ -79,6 +83,12 @@ class MicroBatcher(Generic[T, R]):
             for (_, fut), res in zip(live, results):
                 if not fut.done():
                     fut.set_result(res)
+
+    def _call(self, items: list[T]) -> Sequence[R]:
+        if self.exclusive is None:
+            return self.fn(items)
+        with self.exclusive:
+            return self.fn(items)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -7,9 +7,11 @@ pass their own generator or search backend.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
+from .batching import MicroBatcher
 from .config import Settings
 from .policy import LoopConfig, PolicyLoop, Trajectory
 from .policy.loop import EventSink
@@ -29,12 +31,16 @@ class Engine:
         self.settings = settings or Settings()
         pol = self.settings.policy
         self.retriever = retriever or Retriever(index, self.settings.retrieval)
-        self.search = search or LocalSearch(self.retriever)
         if generator is None:
             from .policy.backends import make_generator
 
             generator = make_generator(pol.generator)
         self.generator = generator
+        exclusive = None
+        gen_batcher = getattr(generator, "batcher", None)
+        if pol.isolate_retrieval and isinstance(gen_batcher, MicroBatcher):  # in-process models only
+            exclusive = gen_batcher.exclusive = threading.Lock()
+        self.search = search or LocalSearch(self.retriever, exclusive=exclusive)
         if answer_generator is None and pol.answer_generator is not None:
             from .policy.backends import make_generator
 

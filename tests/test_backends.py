@@ -124,3 +124,54 @@ def test_the_shipped_router_adapter_loads_and_speaks_the_search_format() -> None
     assert turn.kind == "search", g.text
     with pytest.raises(ValueError, match="already carries its adapter"):
         TransformersGenerator(GeneratorConfig(adapter="/some/other/adapter"))
+
+
+def test_batchers_sharing_an_exclusive_lock_never_run_at_once() -> None:
+    """The local trainer's generator and retriever share a lock so that retrieval (whose time stage 2 rewards) is
+    never timed while a generation batch holds the cores."""
+    import threading
+    import time
+
+    from routerag.batching import MicroBatcher
+
+    lock = threading.Lock()
+    active: list[str] = []
+    overlaps: list[tuple[str, ...]] = []
+
+    def work(name: str):
+        def fn(items: list[int]) -> list[int]:
+            active.append(name)
+            if len(active) > 1:
+                overlaps.append(tuple(active))
+            time.sleep(0.02)
+            active.remove(name)
+            return [i * 2 for i in items]
+        return fn
+
+    async def go(shared: threading.Lock | None) -> list[int]:
+        a = MicroBatcher(work("generate"), max_wait_ms=0.5, exclusive=shared)
+        b = MicroBatcher(work("retrieve"), max_wait_ms=0.5, exclusive=shared)
+        out = await asyncio.gather(*[(a if i % 2 else b).submit(i) for i in range(12)])
+        a.close()
+        b.close()
+        return list(out)
+
+    assert asyncio.run(go(lock)) == [i * 2 for i in range(12)]
+    assert overlaps == []
+    asyncio.run(go(None))  # without the lock the two workers do overlap: the check above can fail
+    assert overlaps
+
+
+def test_engine_isolates_retrieval_from_an_in_process_generator(index, retriever, tiny) -> None:
+    """``policy.isolate_retrieval``: the engine's search batcher and the generator's batcher share one lock."""
+    from routerag.config import Settings
+    from routerag.engine import Engine
+
+    on = Settings(policy={"isolate_retrieval": True})
+    eng = Engine(index, on, generator=tiny, retriever=retriever)
+    try:
+        assert eng.search.batcher.exclusive is not None and eng.search.batcher.exclusive is tiny.batcher.exclusive
+    finally:
+        tiny.batcher.exclusive = None  # the module-scoped generator is shared with other tests
+    off = Engine(index, Settings(), generator=tiny, retriever=retriever)
+    assert off.search.batcher.exclusive is None and tiny.batcher.exclusive is None

@@ -15,6 +15,7 @@ import json
 import logging
 import random
 import shutil
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -71,9 +72,12 @@ class LocalGRPOTrainer:
             raise ValueError("the model has no trainable parameters")
         self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr)
         gen_cfg = GeneratorConfig(model=self.cfg.model, temperature=self.cfg.temperature, max_batch=32)
-        self.generator = TransformersGenerator(gen_cfg, model=self.model, tokenizer=self.tokenizer)
+        # stage 2 rewards retrieval time: with isolate_retrieval a search never runs while a generation batch holds
+        # the cores, so the time rewarded is the search's own, not whatever the model was doing meanwhile
+        exclusive = threading.Lock() if self.cfg.isolate_retrieval else None
+        self.generator = TransformersGenerator(gen_cfg, model=self.model, tokenizer=self.tokenizer, exclusive=exclusive)
         self.retriever = retriever or Retriever(index, settings.retrieval)
-        self.loop = PolicyLoop(self.generator, LocalSearch(self.retriever), LoopConfig(
+        self.loop = PolicyLoop(self.generator, LocalSearch(self.retriever, exclusive=exclusive), LoopConfig(
             budget=self.cfg.budget, k=self.cfg.k, max_information_tokens=self.cfg.max_information_tokens,
             max_turn_tokens=self.cfg.max_turn_tokens, max_total_tokens=self.cfg.max_total_tokens,
             temperature=self.cfg.temperature))

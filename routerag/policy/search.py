@@ -3,6 +3,7 @@ server that speaks the Search-R1 / RouteRAG ``/retrieve`` protocol (plus our ``m
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import httpx
@@ -14,10 +15,11 @@ from ..retrieval import Mode, RetrievalResult, RetrievedDoc, Retriever
 class LocalSearch:
     """Concurrent searches share one batched retrieval call per (mode, k)."""
 
-    def __init__(self, retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float = 2.0) -> None:
+    def __init__(self, retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float = 2.0,
+                 exclusive: threading.Lock | None = None) -> None:
         self.retriever = retriever
         self.batcher: MicroBatcher[tuple[str, Mode, int], RetrievalResult] = MicroBatcher(
-            self._run, max_batch=max_batch, max_wait_ms=max_wait_ms, name="retrieval")
+            self._run, max_batch=max_batch, max_wait_ms=max_wait_ms, name="retrieval", exclusive=exclusive)
 
     def _run(self, items: list[tuple[str, Mode, int]]) -> list[RetrievalResult]:
         out: list[RetrievalResult | None] = [None] * len(items)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,8 @@ class TransformersGenerator:
 
     tracks_tokens = True
 
-    def __init__(self, cfg: GeneratorConfig | None = None, *, model: Any = None, tokenizer: Any = None) -> None:
+    def __init__(self, cfg: GeneratorConfig | None = None, *, model: Any = None, tokenizer: Any = None,
+                 exclusive: threading.Lock | None = None) -> None:
         self.cfg = cfg or GeneratorConfig()
         if model is None:
             model, tokenizer = load_model_and_tokenizer(self.cfg.model, adapter=self.cfg.adapter,
@@ -128,7 +130,8 @@ class TransformersGenerator:
         self.tokenizer = tokenizer
         self.name = f"transformers:{self.cfg.model}" + (f"+{self.cfg.adapter}" if self.cfg.adapter else "")
         self.batcher: MicroBatcher[GenerationRequest, Generation] = MicroBatcher(
-            self.generate_batch, max_batch=self.cfg.max_batch, max_wait_ms=self.cfg.max_wait_ms, name="generate")
+            self.generate_batch, max_batch=self.cfg.max_batch, max_wait_ms=self.cfg.max_wait_ms, name="generate",
+            exclusive=exclusive)
 
     def render_prompt(self, user_message: str) -> tuple[str, list[int]]:
         messages = [{"role": "user", "content": user_message}]
