@@ -129,6 +129,22 @@ def test_prepare_data_round_trip(tmp_path: Path) -> None:
     assert local[0]["supporting"] == [{"title": "Joran Veld"}, {"title": "Tarsk", "text": "A town."}]
 
 
+def test_prepare_data_keeps_only_questions_solved_in_eval_records(tmp_path: Path) -> None:
+    qf = tmp_path / "q.jsonl"
+    qf.write_text("".join(json.dumps({"id": i, "question": f"Q{i}?", "answers": ["a"]}) + "\n" for i in "abcd"))
+    rec = tmp_path / "learned.jsonl"
+    rec.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": "a", "em": 1.0, "gen_acc": 1.0}, {"id": "b", "em": 0.0, "gen_acc": 1.0},
+        {"id": "c", "em": 0.0, "gen_acc": 0.0}]))  # d was never evaluated
+    res = CliRunner().invoke(app, ["prepare-data", str(qf), "--out", str(tmp_path / "data"), "--solved-in", str(rec)])
+    assert res.exit_code == 0, res.output
+    kept = [json.loads(x)["id"] for x in (tmp_path / "data" / "train.jsonl").read_text().splitlines()]
+    assert kept == ["a", "b"]
+    rec.write_text('{"id": "a", "em": 1}\nnot json\n')
+    res = CliRunner().invoke(app, ["prepare-data", str(qf), "--out", str(tmp_path / "data"), "--solved-in", str(rec)])
+    assert res.exit_code != 0 and "learned.jsonl:2" in str(res.exception) + res.output
+
+
 @pytest.mark.shared_data
 def test_routerag_training_parquet_reads(shared_data: Path) -> None:
     from training.data import load_training_items

@@ -84,15 +84,44 @@ def to_local_rows(items: Sequence[QAItem]) -> list[dict[str, Any]]:
                             for g in it.supporting]} for it in items]
 
 
+def solved_ids(records: str | Path) -> set[str]:
+    """Ids of the questions answered right (EM or GenAcc > 0) in a ``routerag eval`` per-question JSONL.
+
+    A small policy is wrong on most questions, and a GRPO group whose rollouts are all wrong has zero advantages
+    (DAPO's reason for dynamic sampling); training on the questions a policy can already solve sometimes is where
+    RouteRAG's stage-2 efficiency term, which only pays when EM = 1, has anything to compare."""
+    path = Path(records)
+    ids: set[str] = set()
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                right = float(row.get("em", 0) or 0) > 0 or float(row.get("gen_acc", 0) or 0) > 0
+                qid = str(row["id"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise DatasetError(f"{path}:{n}: not an evaluation record ({exc})") from exc
+            if right:
+                ids.add(qid)
+    return ids
+
+
 def prepare(inputs: Sequence[str | Path], out_dir: str | Path, *, split: str = "train", data_source: str | None = None,
-            limit: int | None = None, template: str = DEFAULT_INSTRUCTION) -> dict[str, Any]:
-    """Write ``OUT/<split>.parquet`` (verl) and ``OUT/<split>.jsonl`` (local); return counts and paths."""
+            limit: int | None = None, template: str = DEFAULT_INSTRUCTION,
+            keep_ids: set[str] | None = None) -> dict[str, Any]:
+    """Write ``OUT/<split>.parquet`` (verl) and ``OUT/<split>.jsonl`` (local); return counts and paths.
+    ``keep_ids``: only these questions (see :func:`solved_ids`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     items: list[QAItem] = []
     for p in inputs:
         items.extend(load_training_items(p, limit=limit))
+    if keep_ids is not None:
+        items = [it for it in items if it.id in keep_ids]
+        if not items:
+            raise DatasetError("no question of the inputs is among the solved ones")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     source = data_source or Path(inputs[0]).stem

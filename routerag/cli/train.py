@@ -178,8 +178,12 @@ def prepare_cmd(
     split: Annotated[str, typer.Option(help="Split name (file stem).")] = "train",
     limit: Annotated[Optional[int], typer.Option(help="First N questions of each input.")] = None,
     data_source: Annotated[Optional[str], typer.Option(help="data_source field (default: first input's name).")] = None,
+    solved_in: Annotated[Optional[Path], typer.Option(
+        help="Keep only questions a policy got right (EM or GenAcc > 0) in these `routerag eval` records "
+             "(<strategy>.jsonl): GRPO learns nothing from groups that are always wrong.")] = None,
 ) -> None:
     """Write OUT/<split>.parquet (verl's RL format, our policy prompt) and OUT/<split>.jsonl (local trainer, eval)."""
-    from training.data import prepare
+    from training.data import prepare, solved_ids
 
-    print_json(prepare(inputs, out, split=split, limit=limit, data_source=data_source))
+    keep = solved_ids(solved_in) if solved_in is not None else None
+    print_json(prepare(inputs, out, split=split, limit=limit, data_source=data_source, keep_ids=keep))
