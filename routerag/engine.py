@@ -15,7 +15,6 @@ from .batching import MicroBatcher
 from .config import Settings
 from .policy import LoopConfig, PolicyLoop, Trajectory
 from .policy.loop import EventSink
-from .policy.prompt import load_template
 from .policy.search import LocalSearch
 from .policy.types import Generator, SearchBackend
 from .retrieval import Mode, RetrievalResult, Retriever
@@ -45,11 +44,7 @@ class Engine:
             from .policy.backends import make_generator
 
             answer_generator = make_generator(pol.answer_generator)
-        self.loop_config = LoopConfig(
-            budget=pol.budget, k=pol.k, max_information_tokens=pol.max_information_tokens,
-            max_turn_tokens=pol.max_turn_tokens, max_total_tokens=pol.max_total_tokens, max_invalid=pol.max_invalid,
-            temperature=pol.generator.temperature, template=load_template(pol.template_file),
-            answer_generator=answer_generator)
+        self.loop_config = LoopConfig.from_policy(pol, answer_generator=answer_generator)
         self.loop = PolicyLoop(self.generator, self.search, self.loop_config)
         self._ready = False
 

@@ -156,3 +156,17 @@ def test_a_query_the_retriever_refuses_is_an_invalid_turn_not_a_crash() -> None:
                           search=Refusing())
     assert [s.action for s in traj.steps] == ["invalid", "search", "answer"]
     assert "That search failed: query longer than 10 characters" in gen.requests[1].prompt_text
+
+
+def test_loop_config_from_policy_settings_carries_the_served_template(tmp_path) -> None:
+    """Server and trainers build their loop from the same [policy] settings, so a custom prompt template is the
+    one the policy is trained on too; the trainer's own budget and sampling override."""
+    from routerag.config import PolicyConfig
+
+    tpl = tmp_path / "prompt.txt"
+    tpl.write_text("Answer briefly.\nQ: {question}\n")
+    pol = PolicyConfig(template_file=tpl, max_invalid=5, budget=3, generator={"temperature": 0.0})
+    served = LoopConfig.from_policy(pol)
+    assert (served.template, served.max_invalid, served.budget, served.temperature) == (tpl.read_text(), 5, 3, 0.0)
+    trained = LoopConfig.from_policy(pol, budget=2, temperature=1.0)
+    assert (trained.template, trained.max_invalid, trained.budget, trained.temperature) == (tpl.read_text(), 5, 2, 1.0)

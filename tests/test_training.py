@@ -130,6 +130,8 @@ def test_prepare_data_round_trip(tmp_path: Path) -> None:
 
 
 def test_prepare_data_keeps_only_questions_solved_in_eval_records(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
     qf = tmp_path / "q.jsonl"
     qf.write_text("".join(json.dumps({"id": i, "question": f"Q{i}?", "answers": ["a"]}) + "\n" for i in "abcd"))
     rec = tmp_path / "learned.jsonl"
@@ -140,6 +142,14 @@ def test_prepare_data_keeps_only_questions_solved_in_eval_records(tmp_path: Path
     assert res.exit_code == 0, res.output
     kept = [json.loads(x)["id"] for x in (tmp_path / "data" / "train.jsonl").read_text().splitlines()]
     assert kept == ["a", "b"]
+    tpl = tmp_path / "prompt.txt"
+    tpl.write_text("Custom instructions.\nQ: {question}\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[policy]\ntemplate_file = "{tpl}"\n')
+    res = CliRunner().invoke(app, ["prepare-data", str(qf), "--out", str(tmp_path / "data"), "--config", str(cfg)])
+    assert res.exit_code == 0, res.output
+    rows = pq.read_table(tmp_path / "data" / "train.parquet").to_pylist()
+    assert [r["prompt"][0]["content"] for r in rows[:1]] == ["Custom instructions.\nQ: Qa?\n"]  # the served prompt
     rec.write_text('{"id": "a", "em": 1}\nnot json\n')
     res = CliRunner().invoke(app, ["prepare-data", str(qf), "--out", str(tmp_path / "data"), "--solved-in", str(rec)])
     assert res.exit_code != 0 and "learned.jsonl:2" in str(res.exception) + res.output

@@ -77,10 +77,11 @@ class LocalGRPOTrainer:
         exclusive = threading.Lock() if self.cfg.isolate_retrieval else None
         self.generator = TransformersGenerator(gen_cfg, model=self.model, tokenizer=self.tokenizer, exclusive=exclusive)
         self.retriever = retriever or Retriever(index, settings.retrieval)
-        self.loop = PolicyLoop(self.generator, LocalSearch(self.retriever, exclusive=exclusive), LoopConfig(
-            budget=self.cfg.budget, k=self.cfg.k, max_information_tokens=self.cfg.max_information_tokens,
-            max_turn_tokens=self.cfg.max_turn_tokens, max_total_tokens=self.cfg.max_total_tokens,
-            temperature=self.cfg.temperature))
+        c = self.cfg  # the served prompt template and invalid-turn limit, the trainer's budget, lengths and sampling
+        loop_cfg = LoopConfig.from_policy(settings.policy, budget=c.budget, k=c.k, temperature=c.temperature,
+                                          max_information_tokens=c.max_information_tokens,
+                                          max_turn_tokens=c.max_turn_tokens, max_total_tokens=c.max_total_tokens)
+        self.loop = PolicyLoop(self.generator, LocalSearch(self.retriever, exclusive=exclusive), loop_cfg)
         self.step = 0
         self._order: list[int] = []
         self._resume()

@@ -147,6 +147,7 @@ def sft_cmd(
     from training.models import load_policy
     from training.sft import build_example, gold_documents, train_sft
 
+    from ..policy.prompt import load_template
     from ..runtime import configure_threads
 
     configure_threads()
@@ -158,7 +159,8 @@ def sft_cmd(
         texts.setdefault(p.title, p.text)
     rng = random.Random(settings.train.seed)
     items = [it for q in questions for it in load_training_items(q, limit=limit)]
-    examples = [ex for it in items if (ex := build_example(it, gold_documents(it, texts), tok, rng,
+    template = load_template(settings.policy.template_file)  # the prompt the policy will be served with
+    examples = [ex for it in items if (ex := build_example(it, gold_documents(it, texts), tok, rng, template=template,
                                                            max_information_tokens=settings.policy.max_information_tokens))]
     if not examples:
         raise ValueError("no usable examples: the questions need answers and supporting passages found in the index")
@@ -181,9 +183,15 @@ def prepare_cmd(
     solved_in: Annotated[Optional[Path], typer.Option(
         help="Keep only questions a policy got right (EM or GenAcc > 0) in these `routerag eval` records "
              "(<strategy>.jsonl): GRPO learns nothing from groups that are always wrong.")] = None,
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", help="TOML file with settings (the parquet's prompts use its policy.template_file).")] = None,
 ) -> None:
     """Write OUT/<split>.parquet (verl's RL format, our policy prompt) and OUT/<split>.jsonl (local trainer, eval)."""
     from training.data import prepare, solved_ids
 
+    from ..policy.prompt import load_template
+
+    template = load_template(load_settings(Settings, config).policy.template_file)
     keep = solved_ids(solved_in) if solved_in is not None else None
-    print_json(prepare(inputs, out, split=split, limit=limit, data_source=data_source, keep_ids=keep))
+    print_json(prepare(inputs, out, split=split, limit=limit, data_source=data_source, keep_ids=keep,
+                       template=template))

@@ -14,13 +14,16 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..retrieval import Mode, QueryError, RetrievalResult
 from .parsing import STOP_STRINGS, close_stop, parse_turn
-from .prompt import DEFAULT_INSTRUCTION, user_message
+from .prompt import DEFAULT_INSTRUCTION, load_template, user_message
 from .tokens import TokenCounter
 from .types import Generation, GenerationRequest, Generator, SearchBackend, Segment, Step, Trajectory
+
+if TYPE_CHECKING:
+    from ..config import PolicyConfig
 
 Event = dict[str, Any]
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
@@ -54,6 +57,18 @@ class LoopConfig:
     answer_generator: Generator | None = None
     """An optional frozen generator that writes the final answer from the retrieved documents (s3's design)."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_policy(cls, policy: PolicyConfig, **overrides: Any) -> LoopConfig:
+        """The loop the ``[policy]`` settings describe: the server's, and (with the trainer's budget, lengths and
+        temperature as ``overrides``) the trainers', so a policy is trained on the prompt template it is served
+        with."""
+        fields: dict[str, Any] = {
+            "budget": policy.budget, "k": policy.k, "max_information_tokens": policy.max_information_tokens,
+            "max_turn_tokens": policy.max_turn_tokens, "max_total_tokens": policy.max_total_tokens,
+            "max_invalid": policy.max_invalid, "temperature": policy.generator.temperature,
+            "template": load_template(policy.template_file)}
+        return cls(**{**fields, **overrides})
 
 
 class PolicyLoop:
