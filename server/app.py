@@ -103,6 +103,13 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+async def _wait_disconnect(request: Request) -> None:
+    """Return when the client disconnects. The body has been read by then, so the next ASGI message is the
+    disconnect (the body-limit middleware hands later ``receive`` calls to the client)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def create_app(engine: Engine, settings: Settings) -> FastAPI:
     """A FastAPI app serving ``engine`` with the limits, auth and defaults of ``settings.server``."""
     cfg = settings.server
@@ -182,6 +189,21 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
         metrics.finish.labels(traj.finish).inc()
         return traj
 
+    async def until_disconnect(request: Request, work: Any) -> Any:
+        """Await ``work``, or cancel it and return None as soon as the client disconnects: an abandoned question
+        should not keep the model busy (streamed answers get the same from their response's disconnect watch)."""
+        task = asyncio.ensure_future(work)
+        watch = asyncio.ensure_future(_wait_disconnect(request))
+        try:
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            return None
+        finally:
+            for t in (task, watch):
+                if not t.done():
+                    t.cancel()
+
     def _mapped(route: str, exc: Exception) -> Exception:
         """An engine exception as the APIError the client should see (others stay internal errors)."""
         if isinstance(exc, TimeoutError):
@@ -233,12 +255,15 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
                                        "(think, search, information, answer, then `done` carrying this same "
                                        "object, or `error` carrying an error object).",
                         "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
-    async def ask(req: ask_model) -> Any:  # type: ignore[valid-type]
+    async def ask(req: ask_model, request: Request) -> Any:  # type: ignore[valid-type]
         """Answer a question with the routing policy: it reasons, searches (passage, graph or both) and answers."""
         t0 = time.perf_counter()
         if req.stream:
             return EventSourceResponse(stream_events(req, t0))
-        traj = await run_ask(req)
+        traj = await until_disconnect(request, run_ask(req))
+        if traj is None:  # the client left: nobody reads this, but the logs and metrics see nginx's 499
+            metrics.errors.labels("/ask", "client_disconnected").inc()
+            return error_response(499, "client_disconnected", "the client closed the connection before the answer")
         # serialised once here: FastAPI would validate the model again against response_model before dumping it
         return Response(ask_response(traj, (time.perf_counter() - t0) * 1000).model_dump_json(),
                         media_type="application/json")

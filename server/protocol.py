@@ -118,8 +118,10 @@ class RetrieveResponse(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    type: str = Field(description="validation_error, invalid_query, authentication_error, request_too_large, "
-                                  "timeout, not_found, method_not_allowed, not_ready or internal_error.")
+    type: str = Field(description="validation_error, invalid_query, invalid_request, authentication_error, "
+                                  "request_too_large, timeout, backend_error, not_found, method_not_allowed, "
+                                  "not_ready or internal_error (and client_disconnected, with status 499, in the "
+                                  "logs and metrics of a request whose client left).")
     message: str
 
 

@@ -93,6 +93,23 @@ def test_live_ask_stream_and_413_over_a_socket(server_url: str) -> None:
         assert c.get("/health").json() == {"status": "ok"}
 
 
+def test_a_client_that_leaves_cancels_its_ask(index: Path, retriever: Retriever) -> None:
+    """A non-streamed /ask whose client disconnects stops: the policy is not asked for another turn."""
+    import time
+
+    policy = RoutingPolicy(delay_s=1.5)  # each turn takes 1.5 s; the answer needs two
+    settings = Settings()
+    app = create_app(Engine(index, settings, generator=policy, retriever=retriever), settings)
+    with live_server(app) as url:
+        with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=url, timeout=0.5) as c:
+            c.post("/ask", json={"question": Q})
+        time.sleep(2.5)  # past where a second turn would have started
+        assert policy.calls == 1
+        metrics = httpx.get(f"{url}/metrics").text
+    assert 'routerag_request_errors_total{route="/ask",type="client_disconnected"} 1.0' in metrics
+    assert 'routerag_http_requests_total{method="POST",route="/ask",status="499"} 1.0' in metrics
+
+
 # -- the OpenAI-compatible policy backend ------------------------------------------------------------------------------
 
 
