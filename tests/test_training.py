@@ -183,6 +183,47 @@ def test_verl_dry_run_reproduces_the_routerag_recipe(tmp_path: Path) -> None:
         assert expected in out, expected
 
 
+def test_verl_flags_reach_verls_settings_and_an_adapter_is_refused(tmp_path: Path) -> None:
+    base = ["train", "--stage", "2", "--engine", "verl", "--questions", "data/train.parquet", "--index", str(tmp_path),
+            "--out", str(tmp_path / "run"), "--dry-run"]
+    res = CliRunner().invoke(app, [*base, "--model", "runs/merged", "--batch-size", "16"])
+    assert res.exit_code == 0, res.output
+    assert "actor_rollout_ref.model.path=runs/merged" in res.output and "data.train_batch_size=16" in res.output
+    res = CliRunner().invoke(app, [*base, "--init-adapter", "runs/sft/adapter"])
+    assert res.exit_code != 0 and "merge-adapter" in str(res.exception) + res.output
+
+
+def test_merge_adapter_folds_lora_into_a_plain_model(tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from routerag.config import LoraConfig
+    from training.models import add_lora, tiny_random_model
+
+    model, tok = tiny_random_model(0)
+    peft_model = add_lora(model, LoraConfig(r=4, alpha=8))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)  # a fresh adapter is the identity; make it change the model
+    peft_model.save_pretrained(tmp_path / "adapter")
+    res = CliRunner().invoke(app, ["merge-adapter", "--model", "tiny-random", "--adapter", str(tmp_path / "adapter"),
+                                   "--out", str(tmp_path / "merged")])
+    assert res.exit_code == 0, res.output
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
+    ids = torch.tensor([tok.encode("Where was Joran Veld born?")])
+    with torch.no_grad():
+        want = peft_model.eval()(input_ids=ids).logits
+        base = tiny_random_model(0)[0].eval()(input_ids=ids).logits
+        got = merged(input_ids=ids).logits
+    assert not torch.allclose(want, base, atol=1e-3)  # the adapter matters...
+    assert torch.allclose(got, want, atol=1e-4)  # ...and the merged model computes what base + adapter did
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no temporary folder left
+    res = CliRunner().invoke(app, ["merge-adapter", "--model", "tiny-random", "--adapter", str(tmp_path / "adapter"),
+                                   "--out", str(tmp_path / "merged")])
+    assert res.exit_code != 0 and "not empty" in str(res.exception) + res.output
+
+
 def test_mini_batch_conversion() -> None:
     from training.verl_plugin.launch import mini_batch_prompts
 

@@ -4,7 +4,9 @@ tests; optionally wrapped in a LoRA adapter (peft)."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from routerag.config import LoraConfig, TrainConfig
@@ -92,3 +94,35 @@ def reference_policy(model: Any) -> Iterator[Any]:
     else:
         with model.disable_adapter():
             yield model
+
+
+def merge_adapter(model: str, adapter: str | None, out: str | Path, *, seed: int = 0) -> Path:
+    """Fold a LoRA adapter into its base model and save a plain transformers folder (model and tokenizer).
+
+    verl trains full weights and vLLM serves a folder, so a LoRA warm start (``train-sft``) or a local GRPO
+    checkpoint reaches them merged. ``model`` is the base the adapter was trained on (``smollm2``, a folder, a hub
+    name, or ``tiny-random`` with its ``seed``); ``smollm2-routerag`` needs no adapter. The folder is written
+    beside ``out`` and renamed into place, so a failed merge leaves nothing half-written.
+    """
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not empty: remove it or choose another --out")
+    if model == TINY_RANDOM:
+        lm, tok = tiny_random_model(seed)
+        if adapter:
+            from peft import PeftModel
+
+            lm = PeftModel.from_pretrained(lm, adapter)
+    else:
+        lm, tok = load_model_and_tokenizer(model, adapter=adapter, device="cpu", dtype="float32")
+    if not is_peft(lm):
+        raise ValueError("no adapter to merge: pass --adapter (or --model smollm2-routerag)")
+    merged = lm.merge_and_unload()
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    merged.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    if out.exists():
+        out.rmdir()
+    tmp.rename(out)
+    return out

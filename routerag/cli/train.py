@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
     app.command("train")(train_cmd)
     app.command("train-sft")(sft_cmd)
     app.command("prepare-data")(prepare_cmd)
+    app.command("merge-adapter")(merge_cmd)
 
 
 def _sample_index(out: Path) -> Path:
@@ -44,11 +45,13 @@ def train_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Run directory: checkpoints, metrics, plot.")] = Path("runs/train"),
     index: Annotated[Optional[Path], typer.Option(help="Index to retrieve from (local engine, or verl in-process).")] = None,
     questions: Annotated[Optional[list[Path]], typer.Option(help="Training questions (JSON/JSONL/parquet).")] = None,
-    model: Annotated[Optional[str], typer.Option(help="smollm2, a folder or hub name, or tiny-random.")] = None,
+    model: Annotated[Optional[str], typer.Option(help="smollm2, a folder or hub name, or tiny-random (verl: "
+                                                      "train.verl.model, Qwen2.5-7B-Instruct).")] = None,
     init_adapter: Annotated[Optional[str], typer.Option(help="Start from this LoRA adapter (the SFT warm start).")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Training steps (40).")] = None,
     switch_step: Annotated[Optional[int], typer.Option(help="Last stage-1 step (20).")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Questions per step.")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Questions per step (verl: train.verl.train_batch_size, "
+                                                           "256).")] = None,
     group_size: Annotated[Optional[int], typer.Option(help="Rollouts per question.")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Learning rate.")] = None,
     limit: Annotated[Optional[int], typer.Option(help="Use only the first N questions.")] = None,
@@ -67,7 +70,13 @@ def train_cmd(
     overrides = {"engine": engine, "model": model, "init_adapter": init_adapter, "steps": steps,
                  "switch_step": switch_step, "batch_size": batch_size, "group_size": group_size, "lr": lr}
     if engine == "verl":
-        overrides["verl"] = {"nodes": nodes, "gpus_per_node": gpus_per_node,
+        if init_adapter:
+            raise ValueError("the verl engine trains full weights: merge the adapter into its base first "
+                             "(`routerag merge-adapter --adapter DIR --out MERGED`) and pass --model MERGED")
+        # verl's model and batch are its own settings (train.verl.*): the flags go there, not to the local ones
+        overrides.update(model=None, batch_size=None)
+        overrides["verl"] = {"nodes": nodes, "gpus_per_node": gpus_per_node, "model": model,
+                             "train_batch_size": batch_size,
                              "train_files": [str(q) for q in questions] if questions else None}
     settings = load_settings(Settings, config, train=overrides)
     tcfg = settings.train
@@ -195,3 +204,18 @@ def prepare_cmd(
     keep = solved_ids(solved_in) if solved_in is not None else None
     print_json(prepare(inputs, out, split=split, limit=limit, data_source=data_source, keep_ids=keep,
                        template=template))
+
+
+@handle_errors
+def merge_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="New folder for the merged model and its tokenizer.")],
+    adapter: Annotated[Optional[Path], typer.Option(help="LoRA adapter folder (train-sft's adapter/, a GRPO "
+                                                         "checkpoint's model/).")] = None,
+    model: Annotated[str, typer.Option(help="The adapter's base: smollm2, a folder, a hub name or tiny-random; "
+                                            "smollm2-routerag merges the shipped router.")] = "smollm2",
+) -> None:
+    """Fold a LoRA adapter into its base model: a plain transformers folder for verl (--model) or vLLM."""
+    from training.models import merge_adapter
+
+    path = merge_adapter(model, str(adapter) if adapter else None, out)
+    console.print(f"[bold green]merged[/] {adapter or model} → {path}")
