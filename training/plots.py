@@ -1,4 +1,5 @@
-"""The reward curve of a training run, from its metrics JSONL (matplotlib, headless)."""
+"""The curves of a training run (reward, EM, format, searches, retrieval time, mode mix), from its metrics JSONL
+(matplotlib, headless)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def plot_training(metrics_file: str | Path, out_png: str | Path) -> Path:
     if not rows:
         raise ValueError(f"{metrics_file}: no metrics yet")
     steps = [r["step"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
     axes[0].plot(steps, [r["reward"] for r in rows], marker="o", label="reward")
     axes[0].plot(steps, [r["em"] for r in rows], marker=".", label="EM")
     axes[0].plot(steps, [r["format_ok"] for r in rows], marker=".", label="format-valid")
@@ -25,6 +26,13 @@ def plot_training(metrics_file: str | Path, out_png: str | Path) -> Path:
     axes[1].set_title("searches per rollout")
     axes[2].plot(steps, [r["retrieval_ms"] for r in rows], marker="o", color="tab:red")
     axes[2].set_title("retrieval ms per rollout")
+    bottom = [0.0] * len(rows)  # the mode mix: what stage 2's time reward moves
+    for mode, color in (("passage", "tab:blue"), ("graph", "tab:orange"), ("hybrid", "tab:purple")):
+        share = [float(r.get("mode_mix", {}).get(mode, 0.0)) for r in rows]
+        axes[3].bar(steps, share, bottom=bottom, color=color, label=mode, width=0.8)
+        bottom = [b + x for b, x in zip(bottom, share)]
+    axes[3].set_title("searches by mode")
+    axes[3].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     switch = next((r["step"] for r in rows if r.get("stage") == 2), None)
     for ax in axes:
         ax.set_xlabel("step")
