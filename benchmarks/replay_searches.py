@@ -4,8 +4,8 @@
         [--out results.json]
 
 `routerag eval` records each question's searches (query and mode) and their wall time. That time also depends on
-what else ran: how many searches shared a batch, what the machine was doing (on 2 cores two identical evaluations
-differ by ±40%). Comparing two policies (say, before and after stage-2 training) by it compares their runs as much
+what else ran: how many searches shared a batch, what the machine was doing (on 2 cores the median passage search
+took 12.6 ms in one evaluation and 20.3 ms in the next). Comparing two policies (say, before and after stage-2 training) by it compares their runs as much
 as their choices. This replays every recorded search alone, one query at a time, through one retriever in one
 process, the record files interleaved and their order rotated every repeat, and reports per file the retrieval
 milliseconds per question (the mean over questions; the median of the repeats) and per search by mode.
@@ -24,21 +24,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from routerag.config import RetrievalConfig  # noqa: E402
+from routerag.datasets import DatasetError  # noqa: E402
+from routerag.evaluation.records import read_records  # noqa: E402
 from routerag.retrieval import QueryError, Retriever  # noqa: E402
 from routerag.runtime import configure_threads  # noqa: E402
 
 
 def load_records(path: Path) -> list[dict]:
+    """(id, [(mode, query), …]) per question of a ``routerag eval`` record file."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                rows.append({"id": str(row["id"]), "searches": list(zip(row["modes"], row["queries"], strict=True))})
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                raise SystemExit(f"{path}:{n}: not an evaluation record with modes and queries ({exc})") from exc
+    for rec in read_records(path, required=("id", "modes", "queries")):
+        if len(rec["modes"]) != len(rec["queries"]):
+            raise DatasetError(f"{path}: record {rec['id']}: {len(rec['modes'])} modes for {len(rec['queries'])} "
+                               "queries")
+        rows.append({"id": str(rec["id"]), "searches": list(zip(rec["modes"], rec["queries"]))})
     return rows
 
 
@@ -68,7 +67,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     configure_threads()
-    files = {str(p): load_records(p) for p in args.records}
+    try:
+        files = {str(p): load_records(p) for p in args.records}
+    except DatasetError as exc:
+        raise SystemExit(str(exc)) from exc
     retriever = Retriever(args.index, RetrievalConfig())
     retriever.warm_up()
     for rows in files.values():  # one untimed pass: caches and lazily built structures

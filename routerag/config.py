@@ -287,8 +287,8 @@ class TrainConfig(BaseModel):
     seed: int = 0
     isolate_retrieval: bool = True
     """Local engine: never run a search while a generation batch runs, so the retrieval time that stage 2 rewards is
-    not inflated by the model competing for the same cores (measured on 2 cores: a 18 ms passage search read as
-    up to several hundred ms). Costs a little rollout throughput."""
+    not inflated by the model competing for the same cores (measured on 2 cores: an 18 ms search read as ~120 ms
+    on average). Costs a little rollout throughput."""
     verl: VerlConfig = VerlConfig()
 
 

@@ -90,20 +90,16 @@ def solved_ids(records: str | Path) -> set[str]:
     A small policy is wrong on most questions, and a GRPO group whose rollouts are all wrong has zero advantages
     (DAPO's reason for dynamic sampling); training on the questions a policy can already solve sometimes is where
     RouteRAG's stage-2 efficiency term, which only pays when EM = 1, has anything to compare."""
-    path = Path(records)
+    from routerag.evaluation.records import read_records
+
     ids: set[str] = set()
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                right = float(row.get("em", 0) or 0) > 0 or float(row.get("gen_acc", 0) or 0) > 0
-                qid = str(row["id"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise DatasetError(f"{path}:{n}: not an evaluation record ({exc})") from exc
-            if right:
-                ids.add(qid)
+    for rec in read_records(records):
+        try:
+            right = float(rec.get("em", 0) or 0) > 0 or float(rec.get("gen_acc", 0) or 0) > 0
+        except (TypeError, ValueError) as exc:
+            raise DatasetError(f"{records}: record {rec['id']}: unreadable em or gen_acc ({exc})") from exc
+        if right:
+            ids.add(str(rec["id"]))
     return ids
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..corpus import content_hash
-from ..datasets import QAItem
+from ..datasets import DatasetError, QAItem
 from ..metrics import exact_match, f1, gen_acc
 from ..retrieval import MODES, RetrievedDoc
 from .strategies import Outcome
@@ -139,6 +139,27 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "finish": dict(Counter(r.get("finish", "?") for r in records)),
         "errors": sum(1 for r in records if r.get("finish") == "error"),
     }
+    return out
+
+
+def read_records(path: str | Path, required: Sequence[str] = ("id",)) -> list[dict[str, Any]]:
+    """A finished ``<strategy>.jsonl`` read as input (to select training questions, to replay searches): every line
+    must be a record with the ``required`` fields, else a :class:`DatasetError` names the file and line. (Resuming a
+    run reads its own log leniently instead: :meth:`ResultsLog.load`.)"""
+    path = Path(path)
+    out: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{n}: not an evaluation record ({exc})") from exc
+            missing = [k for k in required if not isinstance(rec, dict) or k not in rec]
+            if missing:
+                raise DatasetError(f"{path}:{n}: not an evaluation record (missing {', '.join(missing)})")
+            out.append(rec)
     return out
 
 
