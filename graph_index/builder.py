@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from routerag.cache import DiskCache
 from routerag.config import Settings
@@ -29,6 +30,7 @@ from routerag.embedders import CachedEmbedder, Embedder, embedder_identity, make
 from . import store
 from .dense import build_dense_index, describe
 from .graph import build_graph, collect_content, fact_text, graph_stats
+from .lock import DEFAULT_LOCK_TIMEOUT_S
 from .openie import Extractor, OpenIEResult, make_extractor, run_extraction
 from .openie.base import ExtractionStats
 from .openie.imported import load_openie_results
@@ -37,6 +39,8 @@ from .synonymy import select_synonyms, synonym_edges
 log = logging.getLogger(__name__)
 
 CACHE_FILE = "cache.sqlite"
+EMBED_CHUNK = 1024
+"""Texts per embedding call: the stage's one progress bar advances this often (and the cache is written)."""
 
 
 @dataclass(slots=True)
@@ -88,20 +92,26 @@ def build_index(
     force: bool = False,
     progress: bool = True,
     components: Components | None = None,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Build an index over ``corpus_paths`` into ``out`` and return its manifest."""
+    """Build an index over ``corpus_paths`` into ``out`` and return its manifest.
+
+    Holds ``out``'s write lock throughout (waiting at most ``lock_timeout`` s for another writer)."""
     out = Path(out)
     if out.exists() and not force:
         raise FileExistsError(f"{out} already exists; pass --force to replace it")
-    comp = components or Components(cfg)
-    timer = Timer()
-    with timer("load"):
-        passages, report = load_corpus(corpus_paths, skip_bad=cfg.corpus.skip_bad)
-        preset = load_openie_results(openie_results) if openie_results else None
-    results, ostats = _extract(comp, passages, preset, timer, progress)
-    return _assemble(passages, results, comp, out, timer, previous=None, force=force, progress=progress,
-                     op={"op": "build", "corpus": [str(p) for p in corpus_paths], "added": len(passages)},
-                     report=report, ostats=ostats)
+    with store.write_lock(out, timeout=lock_timeout, op="build", create=True):
+        if out.exists() and not force:  # again: another writer may have created it while we waited
+            raise FileExistsError(f"{out} already exists; pass --force to replace it")
+        comp = components or Components(cfg)
+        timer = Timer()
+        with timer("load"):
+            passages, report = load_corpus(corpus_paths, **_corpus_options(cfg))
+            preset = load_openie_results(openie_results) if openie_results else None
+        results, ostats = _extract(comp, passages, preset, timer, progress)
+        return _assemble(passages, results, comp, out, timer, previous=None, force=force, progress=progress,
+                         op={"op": "build", "corpus": [str(p) for p in corpus_paths], "added": len(passages)},
+                         report=report, ostats=ostats)
 
 
 def add_to_index(
@@ -112,23 +122,27 @@ def add_to_index(
     openie_results: Path | None = None,
     progress: bool = True,
     components: Components | None = None,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Add the passages of ``corpus_paths`` to an existing index (duplicates of indexed passages are skipped)."""
-    prev = store.IndexData(index_dir)
-    cfg = config_for_update(prev, cfg)
-    comp = components or Components(cfg)
-    timer = Timer()
-    with timer("load"):
-        old = prev.passages
-        new, report = load_corpus(corpus_paths, skip_bad=cfg.corpus.skip_bad, known_hashes=[p.hash for p in old])
-        clash = {p.id for p in old} & {p.id for p in new}
-        if clash:
-            raise CorpusError(f"ids already in the index with different content: {', '.join(sorted(clash)[:10])}")
-        preset = load_openie_results(openie_results) if openie_results else None
-    new_results, ostats = _extract(comp, new, preset, timer, progress)
-    return _assemble(old + new, prev.openie + new_results, comp, prev.path, timer, previous=prev, force=True,
-                     progress=progress, op={"op": "add", "corpus": [str(p) for p in corpus_paths], "added": len(new)},
-                     report=report, ostats=ostats)
+    """Add the passages of ``corpus_paths`` to an existing index (duplicates of indexed passages are skipped).
+
+    The index is read under its write lock, so concurrent updates apply one after the other and none is lost."""
+    with (store.write_lock(Path(index_dir), timeout=lock_timeout, op="index add"),
+          store.IndexData(index_dir) as prev):
+        cfg = config_for_update(prev, cfg)
+        comp = components or Components(cfg)
+        timer = Timer()
+        with timer("load"):
+            old = prev.passages
+            new, report = load_corpus(corpus_paths, known_hashes=[p.hash for p in old], **_corpus_options(cfg))
+            clash = {p.id for p in old} & {p.id for p in new}
+            if clash:
+                raise CorpusError(f"ids already in the index with different content: {', '.join(sorted(clash)[:10])}")
+            preset = load_openie_results(openie_results) if openie_results else None
+        new_results, ostats = _extract(comp, new, preset, timer, progress)
+        return _assemble(old + new, prev.openie + new_results, comp, prev.root, timer, previous=prev, force=True,
+                         progress=progress, report=report, ostats=ostats,
+                         op={"op": "add", "corpus": [str(p) for p in corpus_paths], "added": len(new)})
 
 
 def delete_from_index(
@@ -138,25 +152,28 @@ def delete_from_index(
     *,
     progress: bool = True,
     components: Components | None = None,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Remove passages by id. Unknown ids are an error and nothing changes."""
-    prev = store.IndexData(index_dir)
-    cfg = config_for_update(prev, cfg)
-    comp = components or Components(cfg)
-    timer = Timer()
-    with timer("load"):
-        wanted = set(ids)
-        known = {p.id for p in prev.passages}
-        unknown = sorted(wanted - known)
-        if unknown:
-            raise KeyError(f"no passages with ids: {', '.join(unknown[:10])}" + (" ..." if len(unknown) > 10 else ""))
-        keep = [i for i, p in enumerate(prev.passages) if p.id not in wanted]
-        if not keep:
-            raise CorpusError("deleting these ids would leave the index empty; delete the directory instead")
-        passages = [prev.passages[i] for i in keep]
-        results = [prev.openie[i] for i in keep]
-    return _assemble(passages, results, comp, prev.path, timer, previous=prev, force=True, progress=progress,
-                     op={"op": "delete", "deleted": len(wanted)}, report=None, ostats=None)
+    """Remove passages by id. Unknown ids are an error and nothing changes. Runs under the index's write lock."""
+    with (store.write_lock(Path(index_dir), timeout=lock_timeout, op="index delete"),
+          store.IndexData(index_dir) as prev):
+        cfg = config_for_update(prev, cfg)
+        comp = components or Components(cfg)
+        timer = Timer()
+        with timer("load"):
+            wanted = set(ids)
+            known = {p.id for p in prev.passages}
+            unknown = sorted(wanted - known)
+            if unknown:
+                raise KeyError(f"no passages with ids: {', '.join(unknown[:10])}"
+                               + (" ..." if len(unknown) > 10 else ""))
+            keep = [i for i, p in enumerate(prev.passages) if p.id not in wanted]
+            if not keep:
+                raise CorpusError("deleting these ids would leave the index empty; delete the directory instead")
+            passages = [prev.passages[i] for i in keep]
+            results = [prev.openie[i] for i in keep]
+        return _assemble(passages, results, comp, prev.root, timer, previous=prev, force=True, progress=progress,
+                         op={"op": "delete", "deleted": len(wanted)}, report=None, ostats=None)
 
 
 def config_for_update(prev: store.IndexData, cfg: Settings | None) -> Settings:
@@ -180,6 +197,11 @@ def config_for_update(prev: store.IndexData, cfg: Settings | None) -> Settings:
     return merged
 
 
+def _corpus_options(cfg: Settings) -> dict[str, Any]:
+    c = cfg.corpus
+    return {"skip_bad": c.skip_bad, "max_passage_chars": c.max_passage_chars, "oversize": c.oversize}
+
+
 def _extract(comp: Components, passages: list[Passage], preset: dict[str, OpenIEResult] | None, timer: Timer,
              progress: bool) -> tuple[list[OpenIEResult], ExtractionStats]:
     with timer("openie"):
@@ -189,14 +211,18 @@ def _extract(comp: Components, passages: list[Passage], preset: dict[str, OpenIE
 
 
 def _reuse_or_embed(
-    emb: CachedEmbedder,
+    emb: Embedder,
     keys: Sequence[Any],
     texts: Callable[[list[int]], list[str]],
     known: dict[Any, np.ndarray],
     desc: str,
     progress: bool,
 ) -> np.ndarray:
-    """Rows for ``keys``: from ``known`` (a previous index) where present, else embedded."""
+    """Rows for ``keys``: from ``known`` (a previous index) where present, else embedded.
+
+    One progress bar covers the whole stage (reused rows count as done): the texts are sorted by length once, so
+    the chunks pad little, and embedded :data:`EMBED_CHUNK` at a time with the embedder's own bars off.
+    """
     out = np.empty((len(keys), emb.dim), dtype=np.float32)
     missing = []
     for i, k in enumerate(keys):
@@ -205,8 +231,16 @@ def _reuse_or_embed(
             missing.append(i)
         else:
             out[i] = v
-    if missing:
-        out[missing] = emb.encode(texts(missing), desc=desc, progress=progress)
+    if not missing:
+        return out
+    todo = texts(missing)
+    order = sorted(range(len(todo)), key=lambda j: len(todo[j]))
+    with tqdm(total=len(keys), initial=len(keys) - len(missing), desc=f"embed {desc}", unit="text",
+              disable=not progress, leave=False) as bar:
+        for start in range(0, len(order), EMBED_CHUNK):
+            part = order[start:start + EMBED_CHUNK]
+            out[[missing[j] for j in part]] = emb.encode([todo[j] for j in part], progress=False)
+            bar.update(len(part))
     return out
 
 
@@ -284,16 +318,17 @@ def _assemble(
         "versions": _versions(),
         "history": history,
     }
-    with timer("write"), store.atomic_directory(out, force=force) as tmp:
-        manifest["timings_s"] = dict(timer.seconds)
+    t0 = time.perf_counter()
+    with store.atomic_directory(out, force=force) as tmp:
         store.write_index_files(
             tmp, manifest=manifest, passages=passages, openie=results, entities=content.entities,
             entity_passages=entity_passages, facts=content.facts, synonyms=selections, passage_emb=passage_emb,
             entity_emb=entity_emb, fact_emb=fact_emb, dense=dense, graph=graph)
-    manifest["timings_s"] = dict(timer.seconds)
-    manifest["peak_rss_mb"] = _peak_rss_mb()
-    # record the final timings (the write stage included) without rewriting anything else
-    store.update_manifest(out, {"timings_s": manifest["timings_s"], "peak_rss_mb": manifest["peak_rss_mb"]})
+        # the write stage's time (checksums included) goes into the manifest before it is written and published
+        timer.seconds["write"] = round(time.perf_counter() - t0, 3)
+        manifest["timings_s"] = dict(timer.seconds)
+        manifest["peak_rss_mb"] = _peak_rss_mb()
+        store.write_manifest(tmp, manifest)
     return manifest
 
 
@@ -315,7 +350,8 @@ def _corpus_summary(report: LoadReport | None) -> dict[str, Any]:
     if report is None:
         return {}
     return {"files": report.files, "records": report.records, "duplicates": report.duplicates,
-            "skipped": len(report.skipped), "skipped_examples": report.skipped[:5]}
+            "skipped": len(report.skipped), "skipped_by_kind": dict(sorted(report.skipped_by_kind.items())),
+            "skipped_examples": report.skipped[:5], "split": report.split}
 
 
 def _openie_summary(stats: ExtractionStats | None, results: list[OpenIEResult]) -> dict[str, Any]:

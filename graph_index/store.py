@@ -1,9 +1,10 @@
-"""The index directory: its files, its manifest, atomic writes and loading.
+"""The index directory: its files, its manifest, locked versioned writes, and checked loading.
 
-Layout (all written into a temporary sibling directory, then renamed into place, so a failed or killed build
-never leaves a half-written index)::
+One version of an index holds (written into a temporary sibling directory, then published as a new version by
+:mod:`graph_index.versions`, so a failed or killed write never leaves a half-written index at the path)::
 
-    manifest.json            versions, embedder, extractor, config, counts, timings
+    manifest.json            versions, embedder, extractor, config, counts, timings, and per data file its
+                             size, sha256 and rows (graph_index.integrity)
     passages.jsonl           {"id", "title", "text"} per passage; row i is graph vertex i
     openie.jsonl             per passage: extracted entities and triples (surface forms) and their source
     entities.jsonl           {"name", "passages"} per entity; row j is graph vertex P + j
@@ -12,6 +13,8 @@ never leaves a half-written index)::
     passage_embeddings.npy   float32, unit rows (also entity_/fact_embeddings.npy)
     passages.faiss           the dense index (CPU form)
     graph.graphml            the knowledge graph, written by python-igraph
+
+Writers (build, ``index add``, ``index delete``) hold the index's lock (:func:`write_lock`); readers never do.
 """
 
 from __future__ import annotations
@@ -19,50 +22,62 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import faiss
 import igraph as ig
 import numpy as np
 
-from routerag.corpus import Passage, read_jsonl, write_jsonl
+from routerag.corpus import Passage, write_jsonl
 
+from . import integrity, versions
+from .layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACTS, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST,
+                     OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS, IndexFormatError)
+from .lock import DEFAULT_LOCK_TIMEOUT_S, IndexBusyError, index_lock
 from .openie.base import OpenIEResult, Triple
 from .synonymy import Selections
 
-FORMAT = "routerag-index"
-FORMAT_VERSION = 1
+__all__ = ["ALL_FILES", "DEFAULT_LOCK_TIMEOUT_S", "FORMAT", "FORMAT_VERSION", "MANIFEST", "IndexBusyError",
+           "IndexData", "IndexFormatError", "atomic_directory", "read_manifest", "write_index_files",
+           "write_lock", "write_manifest"]
 
-MANIFEST = "manifest.json"
-PASSAGES = "passages.jsonl"
-OPENIE = "openie.jsonl"
-ENTITIES = "entities.jsonl"
-FACTS = "facts.jsonl"
-SYNONYMS = "synonyms.jsonl"
-PASSAGE_EMB = "passage_embeddings.npy"
-ENTITY_EMB = "entity_embeddings.npy"
-FACT_EMB = "fact_embeddings.npy"
-DENSE = "passages.faiss"
-GRAPH = "graph.graphml"
-ALL_FILES = (MANIFEST, PASSAGES, OPENIE, ENTITIES, FACTS, SYNONYMS, PASSAGE_EMB, ENTITY_EMB, FACT_EMB, DENSE, GRAPH)
+T = TypeVar("T")
 
 
-class IndexFormatError(RuntimeError):
-    """The directory is not a (complete, compatible) RouteRAG index."""
+@contextmanager
+def write_lock(root: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S, op: str = "write",
+               create: bool = False) -> Iterator[None]:
+    """Be the only writer of the index at ``root`` for the ``with`` body (waiting at most ``timeout`` seconds),
+    after repairing what a killed writer left: a missing link, temporary directories, incomplete versions.
+
+    ``create``: the index may not exist yet (a build), so its parent folder is created.
+    """
+    root = Path(root)
+    owner = versions.owner_of(root)
+    if owner is not None:
+        raise ValueError(f"{root} is a version of {owner}, never changed in place; write to {owner} instead")
+    if create:
+        root.parent.mkdir(parents=True, exist_ok=True)
+    elif not root.parent.is_dir():
+        raise IndexFormatError(f"{root}: no such index directory", root)
+    with index_lock(root, timeout=timeout, op=op):
+        versions.recover(root)
+        versions.clean_stale(root)
+        yield
 
 
 @contextmanager
 def atomic_directory(out: Path, *, force: bool) -> Iterator[Path]:
-    """Yield a fresh temporary directory beside ``out``; on success it replaces ``out`` in one rename.
+    """Yield a fresh temporary directory beside ``out``; on success it becomes the next version of ``out``.
 
-    An existing ``out`` is replaced only with ``force`` (or when it is itself a RouteRAG index being updated,
-    which callers signal with ``force=True``). On any exception the temporary directory is removed and ``out``
-    is untouched.
+    Call it under :func:`write_lock`. An existing ``out`` is replaced only with ``force`` (updates pass it too),
+    and never when it is a non-index directory. On any exception the temporary directory is removed and ``out``
+    is untouched. The previous version is kept (a reader may have it open); older ones go unless a reader pins them.
     """
     out = Path(out)
     if out.exists() and not force:
@@ -72,20 +87,14 @@ def atomic_directory(out: Path, *, force: bool) -> Iterator[Path]:
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         raise FileExistsError(f"{out} is a non-empty directory that is not a RouteRAG index; refusing to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-    tmp.mkdir()
+    tmp = versions.temp_dir(out)
     try:
         yield tmp
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}-{time.monotonic_ns()}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        new, previous = versions.publish(out, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    versions.prune(out, keep={new} if previous is None else {new, previous})
 
 
 def write_index_files(
@@ -104,6 +113,8 @@ def write_index_files(
     dense: faiss.Index,
     graph: ig.Graph,
 ) -> None:
+    """Write every data file into ``d`` and record its size, checksum and rows in ``manifest["files"]`` (the
+    manifest itself is written by :func:`write_manifest`, last)."""
     write_jsonl(d / PASSAGES, (p.to_json() for p in passages))
     write_jsonl(d / OPENIE, ({"id": p.id, **r.to_json()} for p, r in zip(passages, openie)))
     write_jsonl(d / ENTITIES, ({"name": e, "passages": n} for e, n in zip(entities, entity_passages)))
@@ -114,97 +125,212 @@ def write_index_files(
     np.save(d / FACT_EMB, np.ascontiguousarray(fact_emb, dtype=np.float32))
     faiss.write_index(dense, str(d / DENSE))
     graph.write_graphml(str(d / GRAPH))
-    # the manifest goes last: its presence marks a complete directory
-    (d / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    rows = {PASSAGES: len(passages), OPENIE: len(openie), ENTITIES: len(entities), FACTS: len(facts),
+            SYNONYMS: len(synonyms)}
+    manifest["files"] = {name: integrity.file_record(d / name, rows.get(name)) for name in ALL_FILES[1:]}
 
 
-def update_manifest(path: Path, changes: dict[str, Any]) -> None:
-    """Merge ``changes`` into an index's manifest, atomically (write a sibling file, then rename)."""
-    mf = Path(path) / MANIFEST
-    manifest = json.loads(mf.read_text(encoding="utf-8"))
-    manifest.update(changes)
-    tmp = mf.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, mf)
+def write_manifest(d: Path, manifest: dict[str, Any]) -> None:
+    """Write (and flush to disk) the manifest: its presence marks a complete directory."""
+    with open(d / MANIFEST, "w", encoding="utf-8") as f:
+        f.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
-    path = Path(path)
+    """The manifest of the index at ``path`` (a link is followed), checked for format and completeness."""
+    path = versions.resolve(Path(path))
     mf = path / MANIFEST
     if not path.is_dir():
-        raise IndexFormatError(f"{path}: no such index directory")
+        raise IndexFormatError(f"{path}: no such index directory", path)
     if not mf.is_file():
-        raise IndexFormatError(f"{path}: not a RouteRAG index (no {MANIFEST}); build one with `routerag build-graph`")
+        raise IndexFormatError(f"{path}: not a RouteRAG index (no {MANIFEST}); build one with `routerag build-graph`",
+                               path)
     try:
         manifest = json.loads(mf.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise IndexFormatError(f"{mf}: unreadable manifest ({exc})") from exc
-    if manifest.get("format") != FORMAT:
-        raise IndexFormatError(f"{mf}: not a RouteRAG index manifest")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IndexFormatError(f"{mf}: unreadable manifest ({exc}); {REBUILD_HINT}", mf) from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise IndexFormatError(f"{mf}: not a RouteRAG index manifest", mf)
     if manifest.get("format_version") != FORMAT_VERSION:
         raise IndexFormatError(
             f"{path}: index format {manifest.get('format_version')} is not supported by this version "
-            f"(expects {FORMAT_VERSION}); rebuild it with `routerag build-graph`")
+            f"(expects {FORMAT_VERSION}); rebuild it with `routerag build-graph`", path)
+    try:
+        int(manifest["embedder"]["dim"]), int(manifest["counts"]["passages"]), dict(manifest["config"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise IndexFormatError(f"{mf}: manifest lacks {exc} (damaged); {REBUILD_HINT}", mf) from None
     missing = [f for f in ALL_FILES if not (path / f).is_file()]
     if missing:
-        raise IndexFormatError(f"{path}: incomplete index, missing {', '.join(missing)}")
+        raise IndexFormatError(f"{path}: incomplete index, missing {', '.join(missing)}", path)
     return manifest
 
 
 class IndexData:
-    """A built index on disk; every part is read on first use (embeddings memory-mapped)."""
+    """One version of a built index. The path is resolved (and that version pinned against removal) once, here,
+    so every part read later comes from the same version even while a writer publishes the next one.
+
+    Opening checks every file's size and the embeddings' shapes against the manifest (cheap); each part is read on
+    first use (embeddings memory-mapped) and checked against it too. Every failure is an
+    :class:`IndexFormatError` naming the file.
+    """
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.manifest = read_manifest(self.path)
+        self.root = Path(path)
+        self.path, fd = versions.open_version(self.root)
+        self._unpin = weakref.finalize(self, os.close, fd) if fd is not None else None
+        try:
+            self.manifest = read_manifest(self.path)
+            self.dim = int(self.manifest["embedder"]["dim"])
+            integrity.check_sizes(self.path, self.manifest)
+            for name in (PASSAGE_EMB, ENTITY_EMB, FACT_EMB):
+                integrity.check_npy(self.path / name, integrity.expected_rows(self.manifest, name), self.dim)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Unpin the version (writers may then remove it once it is no longer current or previous)."""
+        if self._unpin is not None:
+            self._unpin()
+
+    def __enter__(self) -> IndexData:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def version(self) -> str:
+        """The version directory's name (the directory's own name for an index written before versions)."""
+        return self.path.name
+
+    def _rows(self, name: str, convert: Callable[[Any], T]) -> list[T]:
+        """Parse a JSONL part, naming ``file:line`` on a bad row and checking the row count."""
+        path = self.path / name
+        out: list[T] = []
+        try:
+            with open(path, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        out.append(convert(json.loads(line)))
+                    except (ValueError, KeyError, TypeError, IndexError) as exc:
+                        raise IndexFormatError(f"{path}:{lineno}: corrupt row ({type(exc).__name__}: {exc}); "
+                                               f"{REBUILD_HINT}", path) from None
+        except UnicodeDecodeError as exc:
+            raise IndexFormatError(f"{path}: not valid UTF-8 ({exc.reason}); {REBUILD_HINT}", path) from None
+        want = integrity.expected_rows(self.manifest, name)
+        if want is not None and len(out) != want:
+            raise IndexFormatError(f"{path}: {len(out):,} rows, the manifest says {want:,}; {REBUILD_HINT}", path)
+        return out
 
     @cached_property
     def passages(self) -> list[Passage]:
-        return [Passage(id=r["id"], title=r["title"], text=r["text"]) for r in read_jsonl(self.path / PASSAGES)]
+        return self._rows(PASSAGES, lambda r: Passage(id=str(r["id"]), title=r["title"], text=r["text"]))
 
     @cached_property
     def openie(self) -> list[OpenIEResult]:
-        return [OpenIEResult.from_json(r) for r in read_jsonl(self.path / OPENIE)]
+        return self._rows(OPENIE, OpenIEResult.from_json)
+
+    @cached_property
+    def _entity_rows(self) -> list[tuple[str, int]]:
+        return self._rows(ENTITIES, lambda r: (str(r["name"]), int(r["passages"])))
 
     @cached_property
     def entities(self) -> list[str]:
-        return [r["name"] for r in read_jsonl(self.path / ENTITIES)]
+        return [name for name, _ in self._entity_rows]
 
     @cached_property
     def entity_passage_counts(self) -> np.ndarray:
-        return np.array([r["passages"] for r in read_jsonl(self.path / ENTITIES)], dtype=np.int64)
+        return np.array([n for _, n in self._entity_rows], dtype=np.int64)
 
     @cached_property
     def facts(self) -> list[Triple]:
-        return [tuple(r) for r in read_jsonl(self.path / FACTS)]  # type: ignore[misc]
+        def triple(r: Any) -> Triple:
+            s, rel, o = r
+            return (s, rel, o)
+
+        return self._rows(FACTS, triple)
 
     @cached_property
     def synonyms(self) -> Selections:
-        return {r["entity"]: [(k, float(s)) for k, s in r["keeps"]] for r in read_jsonl(self.path / SYNONYMS)}
+        rows = self._rows(SYNONYMS, lambda r: (r["entity"], [(k, float(s)) for k, s in r["keeps"]]))
+        return dict(rows)
+
+    def _npy(self, name: str) -> np.ndarray:
+        return np.load(self.path / name, mmap_mode="r")  # header and size were checked at open
 
     @cached_property
     def passage_emb(self) -> np.ndarray:
-        return np.load(self.path / PASSAGE_EMB, mmap_mode="r")
+        return self._npy(PASSAGE_EMB)
 
     @cached_property
     def entity_emb(self) -> np.ndarray:
-        return np.load(self.path / ENTITY_EMB, mmap_mode="r")
+        return self._npy(ENTITY_EMB)
 
     @cached_property
     def fact_emb(self) -> np.ndarray:
-        return np.load(self.path / FACT_EMB, mmap_mode="r")
+        return self._npy(FACT_EMB)
 
     @cached_property
     def dense(self) -> faiss.Index:
-        return faiss.read_index(str(self.path / DENSE))
+        path = self.path / DENSE
+        try:
+            index = faiss.read_index(str(path))
+        except RuntimeError as exc:
+            lines = str(exc).strip().splitlines() or [type(exc).__name__]
+            reason = lines[-1].rsplit("Error: ", 1)[-1][:300]  # faiss prefixes its C++ source location
+            raise IndexFormatError(f"{path}: unreadable FAISS index ({reason}); {REBUILD_HINT}", path) from None
+        integrity.check_dense_counts(path, index.d, index.ntotal, int(self.manifest["counts"]["passages"]), self.dim)
+        return index
 
     @cached_property
     def graph(self) -> ig.Graph:
-        g = ig.Graph.Read_GraphML(str(self.path / GRAPH))
-        # GraphML stores numbers as doubles; the bitmask is an integer
-        if g.ecount():
-            g.es["kinds"] = [int(k) for k in g.es["kinds"]]
+        path = self.path / GRAPH
+        try:
+            g = ig.Graph.Read_GraphML(str(path))
+            # GraphML stores numbers as doubles; the bitmask is an integer
+            if g.ecount():
+                g.es["kinds"] = [int(k) for k in g.es["kinds"]]
+        except Exception as exc:  # igraph reports XML damage as InternalError, missing attributes as KeyError
+            reason = " ".join(str(exc).split())[:200]
+            raise IndexFormatError(f"{path}: unreadable graph ({type(exc).__name__}: {reason}); {REBUILD_HINT}",
+                                   path) from None
+        counts = self.manifest["counts"]
+        nodes = int(counts["passages"]) + int(counts.get("entities", 0))
+        edges = counts.get("edges")
+        if g.vcount() != nodes or (edges is not None and g.ecount() != int(edges)):
+            raise IndexFormatError(f"{path}: graph of {g.vcount():,} nodes and {g.ecount():,} edges, the manifest "
+                                   f"says {nodes:,} and {edges if edges is not None else '?'}; {REBUILD_HINT}", path)
         return g
+
+    def check(self) -> None:
+        """Read every part once and hold it to the manifest (what ``routerag info`` runs; no checksums).
+
+        The dense index is read only when the manifest records no file sizes: otherwise its size (checked at
+        open) and header suffice, and a large index is not loaded just to be counted.
+        """
+        for part in ("passages", "openie", "entities", "entity_passage_counts", "facts", "synonyms", "graph"):
+            getattr(self, part)
+        if "files" in self.manifest:
+            path = self.path / DENSE
+            integrity.check_dense_counts(path, *integrity.faiss_header(path), int(self.manifest["counts"]["passages"]),
+                                         self.dim)
+        else:
+            self.dense  # noqa: B018 - reading it is the check
+
+    def verify(self) -> int:
+        """Recompute every file's sha256 and compare it with the manifest; returns the number of files verified.
+
+        Raises :class:`IndexFormatError` listing every mismatch (the index path first, then one file per line).
+        """
+        problems = integrity.verify_checksums(self.path, self.manifest)
+        if problems:
+            raise IndexFormatError(f"{self.root}: failed verification:\n  " + "\n  ".join(problems), self.root)
+        return len(self.manifest["files"])
 
     @property
     def counts(self) -> dict[str, int]:

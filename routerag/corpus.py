@@ -1,21 +1,32 @@
 """Reading corpora: JSONL, HippoRAG/RouteRAG JSON lists, and HotpotQA's title → sentences objects.
 
 Every passage gets a stable id from a hash of its content, so the same text always maps to the same id across
-builds, incremental updates and caches. Malformed records are reported as ``file:line: reason``.
+builds, incremental updates and caches. Malformed records are reported as ``file:line: reason``; with
+``skip_bad`` every kind of bad record (invalid JSON or UTF-8, wrong fields, clashing ids, oversize) is skipped and
+counted per kind instead.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 
 class CorpusError(ValueError):
-    """A corpus problem the user must fix; the message names the file and line."""
+    """A corpus problem the user must fix; the message names the file and line.
+
+    ``kind`` says which sort of problem (``invalid_json``, ``invalid_utf8``, ``oversize``, ...), so that records
+    skipped under ``skip_bad`` are counted per kind."""
+
+    def __init__(self, message: str, kind: str = "invalid_record") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +70,15 @@ class LoadReport:
     records: int = 0
     duplicates: int = 0
     skipped: list[str] = field(default_factory=list)
-    """``file:line: reason`` for each record skipped under ``skip_bad``."""
+    """``file:line: reason`` for each record skipped (under ``skip_bad``, or oversize with ``oversize="skip"``)."""
+    skipped_by_kind: Counter[str] = field(default_factory=Counter)
+    """How many records were skipped, per :attr:`CorpusError.kind`."""
+    split: int = 0
+    """Oversize passages split into several (``oversize="split"``)."""
+
+    def skip(self, err: CorpusError) -> None:
+        self.skipped.append(str(err))
+        self.skipped_by_kind[err.kind] += 1
 
 
 @dataclass(slots=True)
@@ -68,17 +87,25 @@ class _Raw:
     value: Any
 
 
+DEFAULT_MAX_PASSAGE_CHARS = 100_000
+Oversize = Literal["error", "skip", "split"]
+
+
 def load_corpus(
     paths: Iterable[str | Path],
     *,
     skip_bad: bool = False,
     known_hashes: Iterable[str] = (),
+    max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS,
+    oversize: Oversize = "error",
 ) -> tuple[list[Passage], LoadReport]:
     """Load passages from one or more files, dropping exact duplicates (by content hash).
 
     ``known_hashes`` are treated as already present (incremental adds count them as duplicates). Raises
     :class:`CorpusError` with ``file:line: reason`` on the first malformed record unless ``skip_bad``, and on an
-    empty result.
+    empty result. A passage longer than ``max_passage_chars`` (title + text) is, by ``oversize``: an error (skipped
+    under ``skip_bad``), skipped and counted, or split into passages under the limit. Nothing that long reaches an
+    extractor: spaCy refuses texts over 1,000,000 characters and needs about 1 GB of memory per 100,000.
     """
     report = LoadReport()
     seen_hashes = set(known_hashes)
@@ -91,67 +118,121 @@ def load_corpus(
             report.records += 1
             try:
                 passage = _to_passage(raw)
+                pieces = _fit(passage, raw.where, max_passage_chars, oversize)
             except CorpusError as exc:
-                if not skip_bad:
+                if not (skip_bad or (exc.kind == "oversize" and oversize == "skip")):
                     raise
-                report.skipped.append(str(exc))
+                report.skip(exc)
                 continue
-            if passage.hash in seen_hashes:
-                report.duplicates += 1
-                continue
-            other = seen_ids.get(passage.id)
-            if other is not None:
-                err = CorpusError(f"{raw.where}: id {passage.id!r} already used by a different passage at {other}")
-                if not skip_bad:
-                    raise err
-                report.skipped.append(str(err))
-                continue
-            seen_hashes.add(passage.hash)
-            seen_ids[passage.id] = raw.where
-            passages.append(passage)
+            report.split += len(pieces) > 1
+            for piece in pieces:
+                if piece.hash in seen_hashes:
+                    report.duplicates += 1
+                    continue
+                other = seen_ids.get(piece.id)
+                if other is not None:
+                    err = CorpusError(f"{raw.where}: id {piece.id!r} already used by a different passage at {other}",
+                                      "duplicate_id")
+                    if not skip_bad:
+                        raise err
+                    report.skip(err)
+                    continue
+                seen_hashes.add(piece.hash)
+                seen_ids[piece.id] = raw.where
+                passages.append(piece)
     if not passages:
         names = ", ".join(report.files) or "(no files)"
         detail = f" ({len(report.skipped)} malformed records skipped)" if report.skipped else ""
-        raise CorpusError(f"empty corpus: no passages in {names}{detail}")
+        raise CorpusError(f"empty corpus: no passages in {names}{detail}", "empty")
     return passages, report
+
+
+def _fit(passage: Passage, where: str, limit: int, oversize: Oversize) -> list[Passage]:
+    """``[passage]`` when it is within ``limit`` characters, else what ``oversize`` says."""
+    size = len(passage.title) + len(passage.text)
+    if size <= limit:
+        return [passage]
+    room = limit - len(passage.title) - 1
+    if oversize != "split" or room < min(limit // 2, 1000):
+        why = "its title alone nearly fills" if oversize == "split" else "over"
+        raise CorpusError(
+            f"{where}: passage of {size:,} characters, {why} corpus.max_passage_chars ({limit:,}); split it, raise "
+            "the limit, or set corpus.oversize to \"split\" or \"skip\" (--oversize, ROUTERAG_CORPUS__OVERSIZE)",
+            "oversize")
+    chunks = split_text(passage.text, room)
+    given = passage.id != content_hash(passage.title, passage.text)
+    return [Passage(id=f"{passage.id}#{k}" if given else content_hash(passage.title, chunk), title=passage.title,
+                    text=chunk) for k, chunk in enumerate(chunks, start=1)]
+
+
+def split_text(text: str, room: int) -> list[str]:
+    """Cut ``text`` into pieces of at most ``room`` characters, at a paragraph, sentence or word break in the
+    second half of each piece where there is one."""
+    pieces = []
+    while len(text) > room:
+        window = text[: room + 1]
+        cut = -1
+        for sep in ("\n\n", "\n", ". ", " "):
+            at = window.rfind(sep, room // 2)
+            if at > 0:
+                cut = at + len(sep) if sep != " " else at
+                break
+        if cut <= 0 or cut > room:
+            cut = room
+        piece, text = text[:cut].strip(), text[cut:].lstrip()
+        if piece:
+            pieces.append(piece)
+    if text.strip():
+        pieces.append(text.strip())
+    return pieces
 
 
 def _records(path: Path) -> Iterator[_Raw]:
     if not path.exists():
-        raise CorpusError(f"{path}: no such file")
+        raise CorpusError(f"{path}: no such file", "missing_file")
     if path.is_dir():
-        raise CorpusError(f"{path}: is a directory, expected a .json or .jsonl file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise CorpusError(f"{path}:{line}: not valid UTF-8") from exc
-    if path.suffix.lower() in (".jsonl", ".ndjson"):
-        yield from _jsonl_records(path, text)
+        raise CorpusError(f"{path}: is a directory, expected a .json or .jsonl file", "missing_file")
+    with open(path, "rb") as f:
+        head = f.read(4096).removeprefix(codecs.BOM_UTF8).lstrip()
+    if path.suffix.lower() in (".jsonl", ".ndjson") or not head[:1] or head[:1] not in b"[{":
+        # Anything but a JSON document is read as JSONL, which also reports the first bad line precisely.
+        yield from _jsonl_records(path)
         return
-    stripped = text.lstrip()
-    if stripped.startswith("["):
+    if head.startswith(b"{") and path.suffix.lower() != ".json":
+        yield from _jsonl_records(path)
+        return
+    # A whole JSON document: bytes that are not UTF-8 are carried as lone surrogates ("surrogateescape") and
+    # reported on the record that holds them, so one bad record does not sink the file.
+    text = path.read_bytes().decode("utf-8-sig", errors="surrogateescape")
+    if head.startswith(b"["):
         yield from _json_array_records(path, text)
-    elif stripped.startswith("{") and path.suffix.lower() == ".json":
-        yield from _json_object_records(path, text)
-    elif not stripped:
-        return
     else:
-        # Anything else is read as JSONL, which also reports the first bad line precisely.
-        yield from _jsonl_records(path, text)
+        yield from _json_object_records(path, text)
 
 
-def _jsonl_records(path: Path, text: str) -> Iterator[_Raw]:
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield _Raw(where, CorpusError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})"))
-            continue
-        yield _Raw(where, value)
+def _jsonl_records(path: Path) -> Iterator[_Raw]:
+    """One record per line, decoded line by line: a line that is not UTF-8 is one bad record, not a bad file."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            where = f"{path}:{lineno}"
+            if lineno == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield _Raw(where, CorpusError(
+                    f"{where}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line); "
+                    "re-encode the file as UTF-8", "invalid_utf8"))
+                continue
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield _Raw(where, CorpusError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})",
+                                              "invalid_json"))
+                continue
+            yield _Raw(where, value)
 
 
 def _json_array_records(path: Path, text: str) -> Iterator[_Raw]:
@@ -186,19 +267,22 @@ def _json_array_records(path: Path, text: str) -> Iterator[_Raw]:
         try:
             value, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
-            raise CorpusError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+            raise CorpusError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg}; a JSON list cannot be read past a "
+                              "syntax error: fix it, or convert the file to JSONL)", "invalid_json") from None
         yield _Raw(where, value)
         pos = skip_ws(end)
         if pos >= n:
-            raise CorpusError(f"{path}:{line_of(n)}: invalid JSON (unterminated array)")
+            raise CorpusError(f"{path}:{line_of(n)}: invalid JSON (unterminated array)", "invalid_json")
         if text[pos] == ",":
             pos += 1
             continue
         if text[pos] == "]":
             if text[pos + 1 :].strip():
-                raise CorpusError(f"{path}:{line_of(pos + 1)}: invalid JSON (extra data after the array)")
+                raise CorpusError(f"{path}:{line_of(pos + 1)}: invalid JSON (extra data after the array)",
+                                  "invalid_json")
             return
-        raise CorpusError(f"{path}:{line_of(pos)}: invalid JSON (expected ',' or ']' between elements)")
+        raise CorpusError(f"{path}:{line_of(pos)}: invalid JSON (expected ',' or ']' between elements)",
+                          "invalid_json")
 
 
 def _json_object_records(path: Path, text: str) -> Iterator[_Raw]:
@@ -206,7 +290,9 @@ def _json_object_records(path: Path, text: str) -> Iterator[_Raw]:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CorpusError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        raise CorpusError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})", "invalid_json") from None
+    if not isinstance(obj, dict):
+        raise CorpusError(f"{path}:1: expected an object of title -> sentences", "not_an_object")
     for title, body in obj.items():
         where = f"{path}: key {title!r}"
         if isinstance(body, list) and all(isinstance(s, str) for s in body):
@@ -214,7 +300,7 @@ def _json_object_records(path: Path, text: str) -> Iterator[_Raw]:
         elif isinstance(body, str):
             yield _Raw(where, {"title": title, "text": body})
         else:
-            yield _Raw(where, CorpusError(f"{where}: expected a list of sentences or a string"))
+            yield _Raw(where, CorpusError(f"{where}: expected a list of sentences or a string", "not_an_object"))
 
 
 def _to_passage(raw: _Raw) -> Passage:
@@ -222,25 +308,40 @@ def _to_passage(raw: _Raw) -> Passage:
     if isinstance(value, CorpusError):
         raise value
     if not isinstance(value, dict):
-        raise CorpusError(f"{raw.where}: expected an object with 'title' and 'text', got {type(value).__name__}")
+        raise CorpusError(f"{raw.where}: expected an object with 'title' and 'text', got {type(value).__name__}",
+                          "not_an_object")
     text = value.get("text")
     if text is None:
         text = value.get("contents")  # Search-R1 / pyserini style records
     if not isinstance(text, str):
-        raise CorpusError(f"{raw.where}: missing 'text' (a string)")
+        raise CorpusError(f"{raw.where}: missing 'text' (a string)", "missing_text")
     title = value.get("title", "")
     if title is None:
         title = ""
     if not isinstance(title, str):
-        raise CorpusError(f"{raw.where}: 'title' must be a string")
+        raise CorpusError(f"{raw.where}: 'title' must be a string", "bad_field")
     title, text = " ".join(title.split()), text.strip()
     if not text:
-        raise CorpusError(f"{raw.where}: empty 'text'")
+        raise CorpusError(f"{raw.where}: empty 'text'", "empty_text")
     given = value.get("id")
     if given is not None and not isinstance(given, (str, int)):
-        raise CorpusError(f"{raw.where}: 'id' must be a string or an integer")
+        raise CorpusError(f"{raw.where}: 'id' must be a string or an integer", "bad_field")
+    for name, s in (("title", title), ("text", text), ("id", str(given) if given is not None else "")):
+        if not _encodable(s):
+            # bytes that were not UTF-8 (carried as lone surrogates), or a "\udXXX" escape: no UTF-8 file,
+            # tokenizer or hash can take them
+            raise CorpusError(f"{raw.where}: {name!r} is not valid UTF-8 (undecodable bytes or a lone surrogate "
+                              "escape)", "invalid_utf8")
     pid = str(given) if given is not None and str(given).strip() else content_hash(title, text)
     return Passage(id=pid, title=title, text=text)
+
+
+def _encodable(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:

@@ -112,3 +112,25 @@ def test_index_add_and_delete_from_the_cli(runner: CliRunner, tmp_path: Path, mi
     assert m["counts"]["passages"] == 4 and m["counts"]["synonymy_edges"] == 1  # "united states" went with Chicago
     res = runner.invoke(app, ["index", "delete", str(out), "--ids", "nope"])
     assert res.exit_code == 2 and "no passages with ids: nope" in res.output
+
+
+def test_skip_bad_skips_non_utf8_and_a_5mb_line(runner: CliRunner, tmp_path: Path, minilm) -> None:
+    bad = tmp_path / "hostile.jsonl"
+    big = json.dumps({"title": "Ledger", "text": "word " * 1_000_000})
+    bad.write_bytes((FIX / "curie.jsonl").read_bytes() + b'{"title": "X", "text": "caf\xe9"}\n' + big.encode() + b"\n")
+    out = tmp_path / "idx"
+    oie = ["--openie-results", str(FIX / "curie_openie.json")]
+    res = runner.invoke(app, ["build-graph", str(bad), "--out", str(out), *oie])
+    assert res.exit_code == 2 and f"{bad}:6: not valid UTF-8" in res.output, res.output
+    bad.write_bytes((FIX / "curie.jsonl").read_bytes() + big.encode() + b"\n")
+    res = runner.invoke(app, ["build-graph", str(bad), "--out", str(out), *oie])
+    assert res.exit_code == 2 and f"{bad}:6: passage of 5,000,005 characters, over corpus.max_passage_chars" \
+        in res.output and "E088" not in res.output, res.output
+    assert not out.exists()
+
+    bad.write_bytes((FIX / "curie.jsonl").read_bytes() + b'{"title": "X", "text": "caf\xe9"}\n' + big.encode() + b"\n")
+    res = runner.invoke(app, ["build-graph", str(bad), "--out", str(out), "--skip-bad", *oie])
+    assert res.exit_code == 0 and "2 (invalid utf8 1, oversize 1)" in res.output, res.output
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["passages"] == 5
+    assert m["corpus"]["skipped_by_kind"] == {"invalid_utf8": 1, "oversize": 1}

@@ -92,3 +92,55 @@ def test_same_id_for_different_passages_is_an_error(tmp_path: Path) -> None:
     f = write(tmp_path / "c.jsonl", '{"id": "1", "title": "A", "text": "a"}\n{"id": "1", "title": "B", "text": "b"}\n')
     with pytest.raises(CorpusError, match=rf"^{f}:2: id '1' already used"):
         load_corpus([f])
+
+
+def test_non_utf8_lines_are_located_and_skipped_per_kind(tmp_path: Path) -> None:
+    f = tmp_path / "c.jsonl"
+    f.write_bytes(b'{"title": "A", "text": "alpha"}\n{"title": "B", "text": "caf\xe9"}\n'
+                  b'{"title": "C", "text": "\\ud800 lone"}\nnot json\n{"title": "D", "text": "delta"}\n')
+    with pytest.raises(CorpusError, match=rf"^{f}:2: not valid UTF-8 \(byte 0xe9"):
+        load_corpus([f])
+    passages, report = load_corpus([f], skip_bad=True)
+    assert [p.title for p in passages] == ["A", "D"]
+    assert report.skipped_by_kind == {"invalid_utf8": 2, "invalid_json": 1}
+    assert report.skipped[1].startswith(f"{f}:3: 'text' is not valid UTF-8")
+
+
+def test_non_utf8_inside_a_json_list_is_one_bad_record(tmp_path: Path) -> None:
+    f = tmp_path / "c.json"
+    f.write_bytes(b'[\n {"title": "A", "text": "alpha"},\n {"title": "B", "text": "caf\xe9"},\n'
+                  b' {"title": "C", "text": "gamma"}\n]\n')
+    with pytest.raises(CorpusError, match=rf"^{f}:3: 'text' is not valid UTF-8"):
+        load_corpus([f])
+    passages, report = load_corpus([f], skip_bad=True)
+    assert [p.title for p in passages] == ["A", "C"] and report.skipped_by_kind == {"invalid_utf8": 1}
+
+
+def five_mb_corpus(tmp_path: Path) -> Path:
+    big = " ".join(f"The ledger lists ship {i}." for i in range(200_000))[:5_000_000]
+    return write(tmp_path / "big.jsonl", json.dumps({"title": "A", "text": "alpha"}) + "\n"
+                 + json.dumps({"id": "ledger", "title": "Ledger", "text": big}) + "\n"
+                 + json.dumps({"title": "C", "text": "gamma"}) + "\n")
+
+
+def test_an_oversize_passage_is_a_located_error_or_skipped_with_skip_bad(tmp_path: Path) -> None:
+    f = five_mb_corpus(tmp_path)
+    with pytest.raises(CorpusError, match=rf"^{f}:2: passage of 5,000,006 characters, over "
+                                          r"corpus.max_passage_chars \(100,000\)"):
+        load_corpus([f])
+    passages, report = load_corpus([f], skip_bad=True)
+    assert [p.title for p in passages] == ["A", "C"] and report.skipped_by_kind == {"oversize": 1}
+    passages, report = load_corpus([f], oversize="skip")  # skipped and counted without --skip-bad too
+    assert len(passages) == 2 and report.skipped_by_kind == {"oversize": 1}
+
+
+def test_an_oversize_passage_can_be_split_at_breaks(tmp_path: Path) -> None:
+    f = five_mb_corpus(tmp_path)
+    passages, report = load_corpus([f], oversize="split", max_passage_chars=100_000)
+    parts = [p for p in passages if p.title == "Ledger"]
+    assert report.split == 1 and len(parts) == 51 and report.duplicates == 0
+    assert [p.id for p in parts[:3]] == ["ledger#1", "ledger#2", "ledger#3"]
+    assert all(len(p.title) + len(p.text) <= 100_000 for p in parts)
+    assert all(p.text.endswith(".") for p in parts[:-1])  # cut at sentence ends, not mid-word
+    original = json.loads(f.read_text().splitlines()[1])["text"]
+    assert " ".join(p.text for p in parts).split() == original.split()

@@ -45,3 +45,22 @@ def test_extract_streams_in_order(spacy_extractor) -> None:
     ps = [Passage(id=str(i), title=t, text=f"{t} lives in Paris.") for i, t in enumerate(["Ann Lee", "Bob Stone"])]
     out = list(spacy_extractor.extract(ps))
     assert [r.triples[0][0] for r in out] == ["Ann Lee", "Bob Stone"]
+
+
+def test_a_passage_over_spacys_limit_fails_alone_instead_of_sinking_the_build(spacy_extractor) -> None:
+    """spaCy raises E088 inside its pipe for a text over ``nlp.max_length`` (possible only when
+    corpus.max_passage_chars is raised past it): that passage gets a failed result, its neighbours are extracted."""
+    from routerag.corpus import Passage
+
+    saved = spacy_extractor.nlp.max_length
+    spacy_extractor.nlp.max_length = 60
+    try:
+        passages = [Passage("a", "Marie Curie", "Marie Curie was born in Warsaw."),
+                    Passage("b", "Ledger", "The ledger lists every ship that entered the harbour in 1901 and 1902."),
+                    Passage("c", "Chicago", "Chicago is a city in Illinois.")]
+        results = list(spacy_extractor.extract(passages))
+    finally:
+        spacy_extractor.nlp.max_length = saved
+    assert [r.ok for r in results] == [True, False, True]
+    assert "over spaCy's max_length (60)" in results[1].error
+    assert ("Marie Curie", "born in", "Warsaw") in results[0].triples

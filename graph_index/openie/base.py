@@ -136,7 +136,9 @@ def run_extraction(
     if todo:
         if extractor is None:
             raise RuntimeError(f"{len(todo)} passages have no precomputed OpenIE and no extractor is configured")
-        with tqdm(total=len(todo), desc="OpenIE", unit="passage", disable=not progress, leave=False) as bar:
+        # one bar over every passage of the stage; those imported or cached count as done from the start
+        with tqdm(total=len(passages), initial=len(passages) - len(todo), desc="OpenIE", unit="passage",
+                  disable=not progress, leave=False) as bar:
             stream = extractor.extract([passages[i] for i in todo])
             pending: list[int] = []
             try:

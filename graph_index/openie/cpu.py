@@ -49,10 +49,21 @@ class SpacyExtractor(Extractor):
         self.batch_size = batch_size
 
     def extract(self, passages: Sequence[Passage]) -> Iterator[OpenIEResult]:
-        texts = [p.text for p in passages]
+        # spaCy raises E088 on a text over nlp.max_length, inside the pipe, which would sink the whole build: such a
+        # passage (possible only when corpus.max_passage_chars is raised past it) fails on its own instead
+        limit = self.nlp.max_length
+        texts = [p.text for p in passages if len(p.text) <= limit]
         n_process = self.n_process if len(texts) >= 4 * self.batch_size else 1
-        docs = self.nlp.pipe(texts, batch_size=self.batch_size, n_process=n_process)
-        for passage, doc in zip(passages, docs):
+        docs = iter(self.nlp.pipe(texts, batch_size=self.batch_size, n_process=n_process))
+        for passage in passages:
+            if len(passage.text) > limit:
+                log.warning("passage %s has %d characters, over spaCy's limit of %d: no extraction for it (lower "
+                            "corpus.max_passage_chars, or set corpus.oversize = \"split\")", passage.id,
+                            len(passage.text), limit)
+                yield OpenIEResult(ok=False, error=f"{len(passage.text):,} characters, over spaCy's max_length "
+                                                   f"({limit:,})")
+                continue
+            doc = next(docs)
             try:
                 yield extract_from_doc(doc, passage.title)
             except Exception as exc:  # a rule bug must not sink the build; count it instead

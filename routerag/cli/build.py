@@ -8,10 +8,19 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
+from graph_index.lock import DEFAULT_LOCK_TIMEOUT_S
+
 from ..config import Settings, load_settings
 from .common import ConfigOpt, JsonOpt, VerboseOpt, console, handle_errors, print_json, setup_logging
 
-SkipBadOpt = Annotated[bool, typer.Option("--skip-bad", help="Skip and count malformed corpus records.")]
+SkipBadOpt = Annotated[bool, typer.Option(
+    "--skip-bad", help="Skip and count (per kind) malformed corpus records: invalid JSON or UTF-8, missing fields, "
+                       "clashing ids, oversize passages.")]
+OversizeOpt = Annotated[Optional[str], typer.Option(
+    help="A passage over --max-passage-chars: error (file:line; --skip-bad skips it), skip, or split it.")]
+MaxCharsOpt = Annotated[Optional[int], typer.Option(help="Longest passage in characters (100000).")]
+LockTimeoutOpt = Annotated[float, typer.Option(
+    help="Seconds to wait while another process writes the same index (0: fail at once).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -46,7 +55,10 @@ def build_graph_cmd(
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of OpenIE and embeddings.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     skip_bad: SkipBadOpt = False,
+    oversize: OversizeOpt = None,
+    max_passage_chars: MaxCharsOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing index at --out.")] = False,
+    lock_timeout: LockTimeoutOpt = DEFAULT_LOCK_TIMEOUT_S,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
@@ -57,7 +69,7 @@ def build_graph_cmd(
 
     cfg = _settings(
         config,
-        corpus={"skip_bad": skip_bad or None},
+        corpus={"skip_bad": skip_bad or None, "oversize": oversize, "max_passage_chars": max_passage_chars},
         embedder={"name": embedder, "base_url": embed_base_url},
         extractor={"kind": extractor, "llm_base_url": llm_base_url, "llm_model": llm_model,
                    "llm_backend": llm_backend, "n_process": workers},
@@ -69,7 +81,8 @@ def build_graph_cmd(
     if cfg.extractor.kind == "llm" and not (cfg.extractor.llm_model and (cfg.extractor.llm_base_url
                                                                           or cfg.extractor.llm_backend == "vllm")):
         raise ValueError("--extractor llm needs --llm-model and --llm-base-url (or --llm-backend vllm)")
-    manifest = build_index(corpus, out, cfg, openie_results=openie_results, force=force, progress=not json_out)
+    manifest = build_index(corpus, out, cfg, openie_results=openie_results, force=force, progress=not json_out,
+                           lock_timeout=lock_timeout)
     _report(manifest, out, "built", json_out)
 
 
@@ -80,6 +93,9 @@ def index_add_cmd(
     openie_results: Annotated[Optional[Path], typer.Option(help="Precomputed OpenIE for the new passages.")] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of OpenIE and embeddings.")] = None,
     skip_bad: SkipBadOpt = False,
+    oversize: OversizeOpt = None,
+    max_passage_chars: MaxCharsOpt = None,
+    lock_timeout: LockTimeoutOpt = DEFAULT_LOCK_TIMEOUT_S,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
@@ -88,8 +104,10 @@ def index_add_cmd(
     setup_logging(verbose)
     from graph_index.builder import add_to_index
 
-    cfg = _settings(config, corpus={"skip_bad": skip_bad or None}, cache_dir=cache_dir)
-    manifest = add_to_index(index, corpus, cfg, openie_results=openie_results, progress=not json_out)
+    cfg = _settings(config, corpus={"skip_bad": skip_bad or None, "oversize": oversize,
+                                    "max_passage_chars": max_passage_chars}, cache_dir=cache_dir)
+    manifest = add_to_index(index, corpus, cfg, openie_results=openie_results, progress=not json_out,
+                            lock_timeout=lock_timeout)
     _report(manifest, index, "updated", json_out)
 
 
@@ -99,6 +117,7 @@ def index_delete_cmd(
     ids: Annotated[Optional[list[str]], typer.Option("--ids", help="Passage ids (repeat, or comma-separate).")] = None,
     ids_file: Annotated[Optional[Path], typer.Option(help="File with one passage id per line.")] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of OpenIE and embeddings.")] = None,
+    lock_timeout: LockTimeoutOpt = DEFAULT_LOCK_TIMEOUT_S,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
@@ -113,7 +132,7 @@ def index_delete_cmd(
     if not wanted:
         raise ValueError("give the passage ids to delete with --ids or --ids-file")
     cfg = _settings(config, cache_dir=cache_dir)
-    manifest = delete_from_index(index, wanted, cfg, progress=not json_out)
+    manifest = delete_from_index(index, wanted, cfg, progress=not json_out, lock_timeout=lock_timeout)
     _report(manifest, index, "updated", json_out)
 
 
@@ -121,29 +140,46 @@ def index_delete_cmd(
 def info_cmd(
     index: Annotated[Path, typer.Argument(help="Index directory.")],
     top: Annotated[int, typer.Option(help="How many hub entities to list.")] = 10,
+    verify: Annotated[bool, typer.Option(
+        "--verify", help="Also recompute every file's sha256 and compare it with the manifest (reads every byte).")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Print an index's manifest and graph statistics."""
-    from graph_index.store import IndexData
+    """Print an index's manifest and graph statistics, after checking every file against the manifest.
+
+    Exits non-zero, naming the file, when a file is missing, truncated or unreadable, when counts disagree, or
+    (with --verify) when a checksum does not match."""
+    import time
 
     from graph_index.graph import graph_stats
+    from graph_index.store import IndexData
 
-    data = IndexData(index)
-    g = data.graph
-    stats = graph_stats(g)
-    n_pass = stats["passage_nodes"]
-    degree = g.degree()
-    hubs = sorted(range(n_pass, g.vcount()), key=lambda v: -degree[v])[:top]
-    hub_list = [{"entity": data.entities[v - n_pass], "degree": degree[v],
-                 "passages": int(data.entity_passage_counts[v - n_pass])} for v in hubs]
+    with IndexData(index) as data:
+        data.check()
+        verified = None
+        if verify:
+            t0 = time.perf_counter()
+            files = data.verify()
+            verified = {"files": files, "seconds": round(time.perf_counter() - t0, 3)}
+        g = data.graph
+        stats = graph_stats(g)
+        n_pass = stats["passage_nodes"]
+        degree = g.degree()
+        hubs = sorted(range(n_pass, g.vcount()), key=lambda v: -degree[v])[:top]
+        hub_list = [{"entity": data.entities[v - n_pass], "degree": degree[v],
+                     "passages": int(data.entity_passage_counts[v - n_pass])} for v in hubs]
+        version = data.version
     if json_out:
-        print_json({"path": str(index), "manifest": data.manifest, "graph": stats, "hubs": hub_list})
+        print_json({"path": str(index), "version": version, "manifest": data.manifest, "graph": stats,
+                    "hubs": hub_list, "verified": verified})
         return
     m = data.manifest
-    console.print(f"[bold]{index}[/]  created {m['created']}, updated {m['updated']}")
+    console.print(f"[bold]{index}[/]  created {m['created']}, updated {m['updated']}  ({version})")
     console.print(f"embedder  {m['embedder']['identity']} (dim {m['embedder']['dim']})")
     console.print(f"extractor {m['extractor']['identity']}")
     console.print(f"dense     {m['dense_index']}")
+    if verified:
+        console.print(f"verified  {verified['files']} files, sha256 as recorded ({verified['seconds']:.2f} s)")
     console.print(_counts_table(stats, "graph"))
     t = Table(title=f"top {len(hub_list)} entities by degree")
     for col in ("entity", "degree", "passages"):
@@ -179,7 +215,12 @@ def _report(manifest: dict[str, Any], out: Path, verb: str, json_out: bool) -> N
     }
     if corpus:
         summary["duplicates dropped"] = corpus.get("duplicates", 0)
-        summary["bad records skipped"] = corpus.get("skipped", 0)
+        kinds = corpus.get("skipped_by_kind") or {}
+        detail = ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in kinds.items())
+        skipped = corpus.get("skipped", 0)
+        summary["bad records skipped"] = f"{skipped} ({detail})" if detail else skipped
+        if corpus.get("split"):
+            summary["oversize passages split"] = corpus["split"]
     if oie:
         summary["openie extracted / cached / imported"] = (
             f"{oie.get('extracted', 0)} / {oie.get('cached', 0)} / {oie.get('imported', 0)}")

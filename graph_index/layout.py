@@ -1,0 +1,38 @@
+"""The names of an index directory's files and the errors about them (shared by the store, its versions and its
+integrity checks, so none of them imports another just for a constant)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+FORMAT = "routerag-index"
+FORMAT_VERSION = 1
+
+MANIFEST = "manifest.json"
+PASSAGES = "passages.jsonl"
+OPENIE = "openie.jsonl"
+ENTITIES = "entities.jsonl"
+FACTS = "facts.jsonl"
+SYNONYMS = "synonyms.jsonl"
+PASSAGE_EMB = "passage_embeddings.npy"
+ENTITY_EMB = "entity_embeddings.npy"
+FACT_EMB = "fact_embeddings.npy"
+DENSE = "passages.faiss"
+GRAPH = "graph.graphml"
+DATA_FILES = (PASSAGES, OPENIE, ENTITIES, FACTS, SYNONYMS, PASSAGE_EMB, ENTITY_EMB, FACT_EMB, DENSE, GRAPH)
+ALL_FILES = (MANIFEST, *DATA_FILES)
+
+#: Which manifest count gives the number of rows of a file (synonyms.jsonl has no count of its own).
+ROWS_FROM_COUNT = {PASSAGES: "passages", OPENIE: "passages", ENTITIES: "entities", FACTS: "facts",
+                   PASSAGE_EMB: "passages", ENTITY_EMB: "entities", FACT_EMB: "facts"}
+
+REBUILD_HINT = "restore the index or rebuild it with `routerag build-graph --force`"
+
+
+class IndexFormatError(RuntimeError):
+    """The directory is not a (complete, compatible, intact) RouteRAG index. The message starts with the path of
+    the file (or directory) at fault, so a user knows what to restore."""
+
+    def __init__(self, message: str, path: Path | str | None = None) -> None:
+        super().__init__(message)
+        self.path = Path(path) if path is not None else None
