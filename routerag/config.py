@@ -3,15 +3,22 @@
 Every knob of the build (and later of retrieval, serving and training) is a field here. Values come, in
 increasing priority, from the defaults below, a TOML file (``--config``), ``ROUTERAG_*`` environment variables
 (nested with ``__``, e.g. ``ROUTERAG_GRAPH__SYNONYMY_THRESHOLD=0.85``) and command-line flags.
+
+Every source is strict: a key that names no setting, at any level of the TOML file or in a ``ROUTERAG_*`` variable,
+is a :class:`SettingsError` naming the key and the closest valid one, never silently ignored.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import types
+import typing
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 EMBEDDED_EMBEDDER = "minilm"
@@ -35,13 +42,56 @@ def default_model_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routerag" / "models"
 
 
-class EmbedderConfig(BaseModel):
+class SettingsError(ValueError):
+    """A setting that does not exist, named with the closest one that does (a ``ValueError``, so the CLI reports it
+    in one line)."""
+
+
+def closest_name(name: str, choices: Iterable[str]) -> str | None:
+    """The valid name a typo most likely meant (difflib's ratio ≥ 0.6), or None."""
+    found = difflib.get_close_matches(name, sorted(choices), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _unknown_key(key: str, choices: Iterable[str]) -> str:
+    guess = closest_name(key, choices)
+    return f"unknown setting {key!r}" + (f"; did you mean {guess!r}?" if guess else
+                                         f" (valid: {', '.join(sorted(choices))})")
+
+
+class StrictModel(BaseModel):
+    """The base of every settings section: an unknown key is an error that names the closest valid key, at every
+    level and from every source. Silently dropping keys is how ``api_kye = "s3cret"`` used to start a server with
+    authentication off."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        return _reject_unknown_keys(cls, data)
+
+
+def _reject_unknown_keys(cls: type[BaseModel], data: Any) -> Any:
+    if isinstance(data, dict):
+        for key in data:
+            if key not in cls.model_fields:
+                raise ValueError(_unknown_key(str(key), cls.model_fields))
+    return data
+
+
+class EmbedderConfig(StrictModel):
     """Which text embedder to use. ``name`` is ``minilm`` (embedded), a local path, a Hugging Face name, or
     ``openai:<model>`` for an OpenAI-compatible ``/v1/embeddings`` endpoint at ``base_url``."""
 
     name: str = EMBEDDED_EMBEDDER
     base_url: str | None = None
     api_key: SecretStr | None = None
+    """Never saved in an index's manifest; searches over the index read the key from ``api_key_env`` instead."""
+    api_key_env: str | None = "OPENAI_API_KEY"
+    """``openai:`` embedders: the environment variable that holds the key when ``api_key`` is not set. The manifest
+    records this name (never the key), so ``search``, ``serve`` and ``eval`` over the index find the key again. The
+    default is the variable every OpenAI client reads; a server without a key needs neither (``EMPTY`` is sent)."""
     batch_size: int = Field(64, ge=1)
     device: str | None = None
     query_instruction: str = ""
@@ -49,7 +99,7 @@ class EmbedderConfig(BaseModel):
     timeout_s: float = Field(60.0, gt=0)
 
 
-class ExtractorConfig(BaseModel):
+class ExtractorConfig(StrictModel):
     """Open information extraction. ``cpu`` is spaCy's dependency parse (embedded default); ``llm`` is
     HippoRAG's two-step NER + triple prompting against an OpenAI-compatible endpoint or vLLM offline."""
 
@@ -73,7 +123,7 @@ class ExtractorConfig(BaseModel):
     timeout_s: float = Field(120.0, gt=0)
 
 
-class GraphConfig(BaseModel):
+class GraphConfig(StrictModel):
     """Knowledge-graph construction (HippoRAG 2 structure)."""
 
     synonymy_threshold: float = Field(0.8, gt=0, le=1)
@@ -96,7 +146,7 @@ class GraphConfig(BaseModel):
     that mention the word (PopQA's second hop). 0 keeps the fixed ``title_entity_weight``."""
 
 
-class DenseIndexConfig(BaseModel):
+class DenseIndexConfig(StrictModel):
     """The FAISS passage index. ``flat`` is exact inner product; ``ivf`` and ``hnsw`` are for large corpora."""
 
     kind: Literal["flat", "ivf", "hnsw"] = "flat"
@@ -108,7 +158,7 @@ class DenseIndexConfig(BaseModel):
     use_gpu: Literal["auto", "never", "always"] = "auto"
 
 
-class RetrievalConfig(BaseModel):
+class RetrievalConfig(StrictModel):
     """Query-time retrieval. Modes as RouteRAG defines them: ``passage`` (dense top-k), ``graph`` (HippoRAG 2's
     fact-seeded Personalized PageRank) and ``hybrid`` (Reciprocal Rank Fusion of the two)."""
 
@@ -167,7 +217,7 @@ EMBEDDED_ROUTER = "smollm2-routerag"
 (``routerag/policy/weights/``; how it was trained: docs/training.md)."""
 
 
-class GeneratorConfig(BaseModel):
+class GeneratorConfig(StrictModel):
     """A language model backend (the policy, or the optional answer generator)."""
 
     backend: Literal["transformers", "openai", "vllm"] = "transformers"
@@ -192,30 +242,90 @@ class GeneratorConfig(BaseModel):
     timeout_s: float = Field(120.0, gt=0)
     max_concurrency: int = Field(64, ge=1)
     """openai backend: requests in flight at once."""
+    api: Literal["chat", "completions"] = "chat"
+    """openai backend: ``chat`` (``/v1/chat/completions``, the default: every modern server has it, many have only
+    it) sends the user message and, after the first turn, one assistant message holding the response so far for the
+    model to continue; ``completions`` (``/v1/completions``, legacy) sends the whole running text rendered with the
+    chat template here (``tokenizer``, else ChatML)."""
+    chat_continuation: Literal["auto", "on", "off"] = "auto"
+    """openai backend, ``api = "chat"``: how the model continues its own turn. ``on`` asks the server to continue the
+    final assistant message (``continue_final_message`` / ``add_generation_prompt=False``: vLLM, SGLang); ``off``
+    sends the response so far as a finished assistant message and the model writes its next turn after it;
+    ``auto`` tries ``on`` and falls back to ``off`` for good when the server rejects those fields (HTTP 400/422:
+    OpenAI, ``transformers serve``)."""
+    stream: bool = True
+    """openai backend: receive each turn as a stream (assembled before the loop reads it): tokens keep flowing, so
+    proxies and the client's read timeout do not cut a long turn off; the answer is the same either way."""
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
     tensor_parallel_size: int = Field(1, ge=1)
 
 
-class PolicyConfig(BaseModel):
-    """The routing policy and its loop (RouteRAG's Algorithm 1)."""
+LOOP_DEFAULTS: dict[str, int] = {"budget": 4, "k": 3, "max_information_tokens": 500, "max_turn_tokens": 500,
+                                 "max_total_tokens": 4096, "max_invalid": 2}
+"""RouteRAG's loop settings: what a policy without a card (an untrained or foreign model) runs with."""
+
+
+class LoopSettings(StrictModel):
+    """The policy loop's settings (RouteRAG's Algorithm 1), defined once: ``[policy]`` (serving, evaluation) and
+    ``[train]`` both take them. A field left unset (None) takes the value the policy was trained with, from its card
+    (``routerag_policy.json`` beside its weights, see :mod:`routerag.policy.card`), else :data:`LOOP_DEFAULTS`."""
+
+    budget: int | None = Field(None, ge=0)
+    """Searches before an answer is forced (RouteRAG: 4)."""
+    k: int | None = Field(None, ge=1, le=50)
+    """Documents per search (RouteRAG: 3); also ``/retrieve``'s default ``topk``."""
+    max_information_tokens: int | None = Field(None, ge=16)
+    """Each ``<information>`` block is cut to this many tokens (RouteRAG: 500)."""
+    max_turn_tokens: int | None = Field(None, ge=8)
+    """Tokens the policy may write per turn (RouteRAG: 500)."""
+    max_total_tokens: int | None = Field(None, ge=64)
+    """Tokens of the whole response, generated and appended, before the trajectory is cut off (4096)."""
+    max_invalid: int | None = Field(None, ge=0)
+    """Invalid turns tolerated before an answer is forced (2)."""
+
+
+    def resolve(self, *fallbacks: LoopSettings | None) -> dict[str, int]:
+        """Every field decided: this object's value where set, else the first fallback's that is set (a trainer's
+        ``[policy]``, a policy's card), else :data:`LOOP_DEFAULTS`."""
+        out = {}
+        for name in LoopSettings.model_fields:
+            value = next((v for src in (self, *fallbacks) if src is not None
+                          for v in (getattr(src, name),) if v is not None), None)
+            out[name] = LOOP_DEFAULTS[name] if value is None else value
+        return out
+
+
+LOOP_FIELDS: tuple[str, ...] = tuple(LoopSettings.model_fields)
+
+
+class PolicyConfig(LoopSettings):
+    """The routing policy and its loop (RouteRAG's Algorithm 1). The loop settings it inherits default to the
+    policy's card: the embedded router runs as it was trained unless told otherwise."""
 
     generator: GeneratorConfig = GeneratorConfig()
     answer_generator: GeneratorConfig | None = None
-    """A frozen generator that writes the final answer from the retrieved documents (s3); None: the policy does."""
-    budget: int = Field(4, ge=0)
-    k: int = Field(3, ge=1, le=50)
-    max_information_tokens: int = Field(500, ge=16)
-    max_turn_tokens: int = Field(500, ge=8)
-    max_total_tokens: int = Field(4096, ge=64)
-    max_invalid: int = Field(2, ge=0)
+    """A frozen generator that writes the final answer from the retrieved documents (s3); used with ``reader =
+    "generator"`` (the default reader when it is set)."""
+    reader: Literal["policy", "base", "generator"] | None = None
+    """Who writes the final answer: ``policy`` (its own ``<answer>``), ``base`` (the policy's base model with its
+    LoRA adapter switched off reads every retrieved document: s3's decoupled searcher and reader, sharing the same
+    weights), ``generator`` (``answer_generator``). None: the policy's card, else ``policy``."""
+    reader_prompt: Literal["instruct", "fewshot"] | None = None
+    """How the reader is asked: ``instruct`` (a chat message asking for the answer in tags) or ``fewshot`` (a plain
+    completion after four worked examples, which a small base model follows more closely). None: the policy's card,
+    else ``instruct``."""
+    short_answer: bool | None = None
+    """Cut the reader's reply to the span of the retrieved documents it names, so a verbose "X was born in Granada,
+    Spain." becomes "Granada" (spaCy; no model call). None: the policy's card, else off."""
     template_file: Path | None = None
+    """The instruction template (must contain ``{question}``); None: the policy's card, else the built-in one."""
     isolate_retrieval: bool = False
     """Never run a search while an in-process generation batch runs, so reported retrieval times are the searches'
     own on a machine where the model and the retriever share the cores (CPU evaluation); the server leaves it off
     for throughput."""
 
 
-class LoraConfig(BaseModel):
+class LoraConfig(StrictModel):
     enabled: bool = True
     r: int = Field(16, ge=1)
     alpha: int = Field(32, ge=1)
@@ -226,7 +336,7 @@ class LoraConfig(BaseModel):
     which makes CPU training of a small model several times cheaper."""
 
 
-class VerlConfig(BaseModel):
+class VerlConfig(StrictModel):
     """The distributed engine (upstream verl): RouteRAG's recipe by default (Qwen2.5 on one 8-GPU node)."""
 
     model: str = "Qwen/Qwen2.5-7B-Instruct"
@@ -243,15 +353,19 @@ class VerlConfig(BaseModel):
     offload: bool = True
     retriever_url: str | None = None
     """A running ``routerag serve`` whose ``/retrieve`` the rollout workers call; None: retrieve in-process."""
+    retriever_api_key_env: str = "ROUTERAG_SERVER__API_KEY"
+    """The environment variable the rollout workers read ``retriever_url``'s API key from (the launch files name the
+    variable, never the key; it must be set where the Ray workers run). The default is the server's own."""
     train_files: list[str] = []
     val_files: list[str] = []
     logger: list[str] = ["console"]
     extra_overrides: list[str] = []
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(LoopSettings):
     """GRPO in two stages (RouteRAG): stage 1 rewards correctness, stage 2 adds efficiency; the switch comes at
-    ``switch_step``."""
+    ``switch_step``. The loop settings it inherits are the ones rollouts run with; unset, they come from
+    ``init_adapter``'s card, else :data:`LOOP_DEFAULTS`, and the trained policy's card records them."""
 
     engine: Literal["local", "verl"] = "local"
     model: str = EMBEDDED_POLICY
@@ -278,11 +392,6 @@ class TrainConfig(BaseModel):
     kl_coef: float = Field(0.001, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, ge=0)
-    budget: int = Field(4, ge=0)
-    k: int = Field(3, ge=1)
-    max_turn_tokens: int = Field(500, ge=8)
-    max_information_tokens: int = Field(500, ge=16)
-    max_total_tokens: int = Field(2048, ge=64)
     save_every: int = Field(10, ge=1)
     seed: int = 0
     isolate_retrieval: bool = True
@@ -292,7 +401,7 @@ class TrainConfig(BaseModel):
     verl: VerlConfig = VerlConfig()
 
 
-class ServerConfig(BaseModel):
+class ServerConfig(StrictModel):
     """The REST server (``routerag serve``): where it listens, who may call it, and how much one request may ask.
 
     ``api_key`` (also ``ROUTERAG_SERVER__API_KEY``) makes every route but ``/health`` and the docs (``/docs``,
@@ -311,14 +420,35 @@ class ServerConfig(BaseModel):
     max_queries: int = Field(64, ge=1)
     """Queries per ``/retrieve`` request."""
     request_timeout_s: float = Field(120.0, gt=0)
-    """A request still running after this long is cancelled and answered 504."""
+    """A request's deadline, counted from its arrival (queueing included): one still running after this long is
+    cancelled and answered 504."""
+    max_inflight: int | None = Field(None, ge=1)
+    """``/ask`` trajectories running at once; later ones wait in a queue. Without a bound every request slows down
+    together until all of them time out. None sizes it for the policy backend: an in-process model takes its
+    generation batch (``policy.generator.max_batch``), capped on a CPU at the cores this process may use (a wider
+    batch buys no throughput there, only latency for everyone); a remote or self-batching backend (openai, vllm) takes
+    ``policy.generator.max_concurrency``."""
+    max_queue: int | None = Field(None, ge=0)
+    """``/ask`` requests waiting for a slot; one more is refused at once with 503 and ``Retry-After``. None: 4 ×
+    the in-flight bound. A queued request that cannot finish by its deadline (estimated from a moving average of
+    recent ``/ask`` durations) is refused with the same 503 as soon as that is known, instead of a 504 later."""
+    retrieve_max_inflight: int | None = Field(None, ge=1)
+    """``/retrieve`` requests running at once (each is one batched search); None: the usable CPU cores, at least 2."""
+    retrieve_max_queue: int | None = Field(None, ge=0)
+    """``/retrieve`` requests waiting for a slot; None: 16 × the in-flight bound (searches take milliseconds)."""
     retrieve_mode: Literal["passage", "graph", "hybrid"] | None = None
     """``/retrieve``'s mode when a request names none; None: ``retrieval.mode``."""
 
 
-class CorpusConfig(BaseModel):
+class CorpusConfig(StrictModel):
     skip_bad: bool = False
-    """Skip (and count) malformed records instead of failing on the first one."""
+    """Skip (and count, per kind) malformed records instead of failing on the first one."""
+    max_passage_chars: int = Field(100_000, ge=1)
+    """Longest passage (title + text, in characters) a build takes; ``oversize`` says what happens to longer ones.
+    spaCy's parser needs about 1 GB of memory per 100,000 characters and refuses texts over 1,000,000."""
+    oversize: Literal["error", "skip", "split"] = "error"
+    """A passage over ``max_passage_chars``: stop with ``file:line`` (``skip_bad`` skips it instead), skip and count
+    it, or split it at paragraph, sentence or word breaks into passages ``<id>#1``, ``<id>#2``, …"""
 
 
 class Settings(BaseSettings):
@@ -343,6 +473,11 @@ class Settings(BaseSettings):
     def _expand(cls, v: Any) -> Any:
         return Path(v).expanduser() if isinstance(v, (str, Path)) else v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        return _reject_unknown_keys(cls, data)
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -352,14 +487,82 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # pydantic-settings skips ROUTERAG_* variables that name no field, and a file's unknown keys would only be
+        # reported without their file: both are checked here, by name, before anything is read
+        check_environment(settings_cls, os.environ)
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         toml = _CONFIG_FILE.get(settings_cls)
         if toml is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml))
+            source = TomlConfigSettingsSource(settings_cls, toml_file=toml)
+            check_keys(settings_cls, source.toml_data, f"config file {toml}")
+            sources.append(source)
         return tuple(sources)
 
 
 _CONFIG_FILE: dict[type, Path] = {}
+
+ENV_PREFIX = "ROUTERAG_"
+PROCESS_VARIABLES = frozenset({"ROUTERAG_MODEL_DIR", "ROUTERAG_BLAS_THREADS", "ROUTERAG_DEBUG",
+                               "ROUTERAG_SHARED_DATA"})
+"""``ROUTERAG_*`` variables that are not settings: read directly by the process (where converted models live, BLAS
+threads, tracebacks) or by the test suite (the shared benchmark data). Every other ``ROUTERAG_*`` must name a
+setting."""
+
+
+def _section(annotation: Any) -> type[BaseModel] | None:
+    """The settings section a field holds (``X`` or ``X | None``), or None for a plain value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        models = [a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        return models[0] if len(models) == 1 else None
+    return None
+
+
+def check_keys(model: type[BaseModel], data: Mapping[str, Any], where: str, path: tuple[str, ...] = ()) -> None:
+    """Raise :class:`SettingsError` at the first key of ``data`` (a TOML document) that names no setting."""
+    for key, value in data.items():
+        fields = model.model_fields
+        if key not in fields:
+            table = f"[{'.'.join(path)}] has no setting" if path else "unknown section or setting"
+            guess = closest_name(key, fields)
+            raise SettingsError(f"{where}: {table} {key!r}" + (f"; did you mean {guess!r}?" if guess else
+                                                                 f" (valid: {', '.join(sorted(fields))})"))
+        sub = _section(fields[key].annotation)
+        if sub is not None and isinstance(value, Mapping):
+            check_keys(sub, value, where, path + (key,))
+
+
+def check_environment(model: type[BaseModel], environ: Mapping[str, str], prefix: str = ENV_PREFIX,
+                      delimiter: str = "__") -> None:
+    """Raise :class:`SettingsError` for a ``ROUTERAG_*`` variable that names no setting (such as
+    ``ROUTERAG_SERVER__API_KYE``, which would otherwise leave the API key unset), suggesting the closest variable
+    that does."""
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(prefix) or upper in PROCESS_VARIABLES:
+            continue
+        parts = upper[len(prefix):].lower().split(delimiter)
+        current: type[BaseModel] | None = model
+        for i, part in enumerate(parts):
+            fields = current.model_fields if current is not None else {}
+            if part in fields:
+                current = _section(fields[part].annotation)
+                continue
+            here = parts[:i]
+            if current is None:
+                raise SettingsError(f"unknown environment variable {name}: {'.'.join(here)} is a single setting, "
+                                    "not a section")
+            near = closest_name(part, fields)
+            guess = (prefix + delimiter.join(here + [near] + parts[i + 1:])).upper() if near else None
+            if guess is None and not here:  # a process variable, misspelt?
+                process = {v[len(prefix):].lower(): v for v in PROCESS_VARIABLES}
+                near = closest_name(delimiter.join(parts), process)
+                guess = process[near] if near else None
+            scope = f"[{'.'.join(here)}] has no setting {part!r}" if here else f"no setting {part!r}"
+            hint = (f"; did you mean {guess}?" if guess else
+                    f" (valid: {', '.join(sorted(fields))})")
+            raise SettingsError(f"unknown environment variable {name} ({scope}){hint}")
 
 
 def load_settings(cls: type[BaseSettings], config_file: Path | None = None, **overrides: Any) -> Any:
@@ -379,8 +582,20 @@ def load_settings(cls: type[BaseSettings], config_file: Path | None = None, **ov
             return base
         merged = _deep_merge(base.model_dump(), clean)
         return cls.model_validate(merged)
+    except ValidationError as exc:  # one line for the CLI, each error with its dotted location
+        raise SettingsError(f"invalid settings: {validation_summary(exc)}") from None
     finally:
         _CONFIG_FILE.pop(cls, None)
+
+
+def validation_summary(exc: ValidationError) -> str:
+    """A pydantic error as one line: ``server.port: Input should be ...; ...``."""
+    parts = []
+    for err in exc.errors()[:8]:
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:

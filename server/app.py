@@ -12,6 +12,10 @@ ever a genuine internal error.
 
 Auth (``server.api_key``): every route needs ``Authorization: Bearer <key>`` except ``/health`` and the docs
 (``/docs``, ``/redoc``, ``/openapi.json``), which stay public so clients can discover the API.
+
+Load (``server.max_inflight`` and friends): ``/ask`` and ``/retrieve`` each pass an admission gate
+(:mod:`server.admission`) that bounds the requests running and waiting; beyond it, or when a queued request could not
+finish by its deadline, the answer is an immediate 503 ``overloaded`` with ``Retry-After``, never a 504 much later.
 """
 
 import asyncio
@@ -25,7 +29,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic.json_schema import models_json_schema
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from routerag import __version__
@@ -34,14 +40,16 @@ from routerag.engine import Engine
 from routerag.policy.types import Trajectory
 from routerag.retrieval import QueryError, RetrievalResult
 
-from .metrics import ServerMetrics, MetricsMiddleware
-from .protocol import (AskRequest, AskResponse, Document, ErrorResponse, RetrieveRequest, RetrieveResponse,
-                       ScoredDocument, StatusResponse, TokenUsage, request_models)
-from .security import APIKeyMiddleware, BodyLimitMiddleware, error_response
+from .admission import Gate, Overloaded, Slot, ask_limits, retrieve_limits
+from .metrics import DISCONNECTED_STATE, ServerMetrics, MetricsMiddleware
+from .protocol import (STREAM_EVENTS, AskRequest, AskResponse, Document, ErrorResponse, RetrieveRequest,
+                       RetrieveResponse, ScoredDocument, StatusResponse, TokenUsage, request_models)
+from .security import APIKeyMiddleware, BodyLimitMiddleware, JSONContentTypeMiddleware, error_response
 
 log = logging.getLogger(__name__)
 
 PUBLIC_PATHS = ("/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+JSON_PATHS = ("/ask", "/retrieve")
 _FASTAPI_BODY_ERROR = "There was an error parsing the body"
 _STATUS_TYPES = {400: "bad_request", 401: "authentication_error", 403: "forbidden", 404: "not_found",
                  405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type",
@@ -51,9 +59,9 @@ _STATUS_TYPES = {400: "bad_request", 401: "authentication_error", 403: "forbidde
 class APIError(Exception):
     """An error with its HTTP status and error type, raised by route code and rendered by one handler."""
 
-    def __init__(self, status: int, kind: str, message: str) -> None:
+    def __init__(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status, self.kind, self.message = status, kind, message
+        self.status, self.kind, self.message, self.headers = status, kind, message, headers
 
     def body(self) -> dict[str, Any]:
         return {"error": {"type": self.kind, "message": self.message}}
@@ -81,7 +89,9 @@ def _backend_errors() -> tuple[type[BaseException], ...]:
     """Failures of a remote backend (the policy's OpenAI-compatible server, a remote /retrieve): a 502, not ours."""
     import httpx
 
-    kinds: list[type[BaseException]] = [httpx.HTTPError]
+    from routerag.llm_clients import UpstreamError  # an OpenAI-compatible server answered no usable completion
+
+    kinds: list[type[BaseException]] = [httpx.HTTPError, UpstreamError]
     try:
         import openai
 
@@ -119,6 +129,11 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
     metrics = ServerMetrics()
     backend_errors = _backend_errors()
     api_key = cfg.api_key.get_secret_value() if cfg.api_key is not None else ""
+    gates = {"/ask": Gate("/ask", ask_limits(settings, getattr(engine, "generator", None)), metrics),
+             "/retrieve": Gate("/retrieve", retrieve_limits(settings), metrics)}
+    for route, gate in gates.items():
+        metrics.admission_limit.labels(route, "in_flight").set(gate.max_inflight)
+        metrics.admission_limit.labels(route, "queue").set(gate.max_queue)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -138,22 +153,32 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
     app.state.engine = engine
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.gates = gates
 
     errors: dict[int | str, dict[str, Any]] = {
-        400: {"model": ErrorResponse, "description": "A query the retriever cannot take."},
         413: {"model": ErrorResponse, "description": f"Body over {cfg.max_body_bytes} bytes."},
-        422: {"model": ErrorResponse, "description": "Malformed JSON, wrong types or a limit exceeded."},
+        415: {"model": ErrorResponse,
+              "description": "The body is not sent as JSON (`Content-Type: application/json`)."},
+        422: {"model": ErrorResponse,
+              "description": "Malformed JSON, wrong types, unknown fields or a limit exceeded."},
         502: {"model": ErrorResponse, "description": "A remote backend (policy or retrieval server) failed."},
-        504: {"model": ErrorResponse, "description": f"Not finished within {timeout_s:g} s."},
+        503: {"model": ErrorResponse,
+              "description": "`overloaded`: too many requests in flight and queued, or the queue would not let this "
+                             "one finish in time; retry after `Retry-After` seconds.",
+              "headers": {"Retry-After": {"description": "Seconds until a slot is expected to be free.",
+                                          "schema": {"type": "integer", "minimum": 1}}}},
+        504: {"model": ErrorResponse, "description": f"Not finished within {timeout_s:g} s of its arrival."},
     }
     if api_key:
         errors[401] = {"model": ErrorResponse, "description": "Missing or wrong API key."}
+    retrieve_errors = {**errors, 400: {"model": ErrorResponse, "description": "A query the retriever refuses beyond "
+                                                                              "what the schema states."}}
 
     # -- error rendering ----------------------------------------------------------------------------------------------
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -172,17 +197,35 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
         log.exception("internal error on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", f"internal server error ({type(exc).__name__})")
 
-    # -- the engine calls, with the timeout and the error mapping -----------------------------------------------------
+    # -- the engine calls, with admission, the deadline and the error mapping ------------------------------------------
 
-    async def run_ask(req: AskRequest, on_event: Any = None) -> Trajectory:
+    def remaining(deadline: float) -> float:
+        return max(0.0, deadline - asyncio.get_running_loop().time())
+
+    async def admit(route: str, deadline: float) -> Slot:
+        """A slot on ``route``'s gate, or the 503 that refuses the request."""
+        try:
+            return await gates[route].acquire(deadline)
+        except Overloaded as exc:
+            metrics.errors.labels(route, "overloaded").inc()
+            raise APIError(503, "overloaded", exc.message, {"Retry-After": str(exc.retry_after_s)}) from None
+
+    async def run_ask(req: AskRequest, slot: Slot, deadline: float, on_event: Any = None) -> Trajectory:
+        """The trajectory, within what is left of the request's time; frees ``slot`` however it ends."""
+        served = False
         try:
             traj = await asyncio.wait_for(engine.ask(req.question, mode=req.mode, budget=req.budget, k=req.k,
-                                                     on_event=on_event), timeout_s)
+                                                     on_event=on_event), remaining(deadline))
+            served = True
         except Exception as exc:
+            # a timeout is a lower bound of the service time: still worth counting
+            served = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
             mapped = _mapped("/ask", exc)
             if mapped is exc:
                 raise
             raise mapped from exc
+        finally:
+            slot.release(served)
         for step in traj.steps:
             if step.action == "search" and step.mode:
                 metrics.searches.labels(step.mode, "ask").inc()
@@ -206,25 +249,25 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
 
     def _mapped(route: str, exc: Exception) -> Exception:
         """An engine exception as the APIError the client should see (others stay internal errors)."""
-        if isinstance(exc, TimeoutError):
+        if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
             err = APIError(504, "timeout", f"the request did not finish within {timeout_s:g} s "
                                            "(server.request_timeout_s)")
         elif isinstance(exc, QueryError):
             err = APIError(400, "invalid_query", str(exc))
         elif isinstance(exc, backend_errors):
             err = APIError(502, "backend_error", f"a backend failed: {type(exc).__name__}: {exc}")
-        elif isinstance(exc, ValueError):
-            err = APIError(422, "invalid_request", str(exc))
-        else:
+        else:  # anything else (a ValueError too) is ours, not the client's: a logged 500
             return exc
         metrics.errors.labels(route, err.kind).inc()
         return err
 
-    async def stream_events(req: AskRequest, t0: float) -> AsyncIterator[ServerSentEvent]:
+    async def stream_events(req: AskRequest, t0: float, slot: Slot, deadline: float,
+                            ended: dict[str, bool]) -> AsyncIterator[ServerSentEvent]:
         """One SSE per loop event (think, search, information, answer), then ``done`` with the full AskResponse, or
-        ``error`` with an error body. The trajectory runs in its own task so that a client who leaves cancels it."""
+        ``error`` with an error body. The trajectory runs in its own task so that a client who leaves cancels it.
+        ``ended["yes"]`` is set once the last event was sent: a disconnect after it is the normal end of a stream."""
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        task = asyncio.ensure_future(run_ask(req, on_event=queue.put_nowait))
+        task = asyncio.ensure_future(run_ask(req, slot, deadline, on_event=queue.put_nowait))
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while (event := await queue.get()) is not None:
@@ -235,52 +278,90 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
                 traj = task.result()
             except APIError as exc:
                 yield ServerSentEvent(data=json.dumps(exc.body()), event="error")
+                ended["yes"] = True
                 return
             except Exception as exc:
                 log.error("internal error in a streamed /ask", exc_info=exc)
                 body = {"error": {"type": "internal_error", "message": f"internal server error "
                                                                       f"({type(exc).__name__})"}}
                 yield ServerSentEvent(data=json.dumps(body), event="error")
+                ended["yes"] = True
                 return
             payload = ask_response(traj, (time.perf_counter() - t0) * 1000)
             yield ServerSentEvent(data=payload.model_dump_json(), event="done")
+            ended["yes"] = True
         finally:
             if not task.done():
                 task.cancel()
+            slot.release()  # (run_ask frees it; this covers a task cancelled before it started)
+
+    def stream_disconnect_handler(request: Request, ended: dict[str, bool]) -> Any:
+        """Called by the SSE response when its client leaves: before the last event, that is a client disconnect
+        (499), not the 200 the stream's headers carried. (The server also reports a disconnect once a complete
+        response has been sent, racing the stream's own end: that one is ignored.)"""
+        async def on_close(_: Any) -> None:
+            if ended["yes"]:
+                return
+            setattr(request.state, DISCONNECTED_STATE, True)
+            metrics.errors.labels("/ask", "client_disconnected").inc()
+            log.info("a streamed /ask lost its client before the end of the stream")
+
+        return on_close
 
     # -- routes -------------------------------------------------------------------------------------------------------
 
     @app.post("/ask", response_model=AskResponse, responses={
         **errors, 200: {"description": "The answer and its trace; with `stream: true`, Server-Sent Events "
                                        "(think, search, information, answer, then `done` carrying this same "
-                                       "object, or `error` carrying an error object).",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
+                                       "object, or `error` carrying an error object): the `itemSchema` names "
+                                       "each event and the model of its JSON data.",
+                        "content": {"text/event-stream": {"schema": {"type": "string"},
+                                                          "itemSchema": stream_item_schema()}}}})
     async def ask(req: ask_model, request: Request) -> Any:  # type: ignore[valid-type]
         """Answer a question with the routing policy: it reasons, searches (passage, graph or both) and answers."""
         t0 = time.perf_counter()
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        slot = await until_disconnect(request, admit("/ask", deadline))
+        if slot is None:
+            return client_left()
         if req.stream:
-            return EventSourceResponse(stream_events(req, t0))
-        traj = await until_disconnect(request, run_ask(req))
-        if traj is None:  # the client left: nobody reads this, but the logs and metrics see nginx's 499
-            metrics.errors.labels("/ask", "client_disconnected").inc()
-            return error_response(499, "client_disconnected", "the client closed the connection before the answer")
+            ended = {"yes": False}
+            return EventSourceResponse(stream_events(req, t0, slot, deadline, ended),
+                                       client_close_handler_callable=stream_disconnect_handler(request, ended),
+                                       background=BackgroundTask(slot.release))
+        traj = await until_disconnect(request, run_ask(req, slot, deadline))
+        if traj is None:
+            slot.release()
+            return client_left()
         # serialised once here: FastAPI would validate the model again against response_model before dumping it
         return Response(ask_response(traj, (time.perf_counter() - t0) * 1000).model_dump_json(),
                         media_type="application/json")
 
-    @app.post("/retrieve", response_model=RetrieveResponse, responses=errors)
+    def client_left() -> Response:
+        """The client left before its answer: nobody reads this, but the logs and metrics see nginx's 499."""
+        metrics.errors.labels("/ask", "client_disconnected").inc()
+        return error_response(499, "client_disconnected", "the client closed the connection before the answer")
+
+    @app.post("/retrieve", response_model=RetrieveResponse, responses=retrieve_errors)
     async def retrieve(req: retrieve_model) -> Response:  # type: ignore[valid-type]
         """Retrieve documents for a batch of queries without the policy (Search-R1's protocol plus `mode`)."""
         r: RetrieveRequest = req
         mode = r.mode or retrieve_mode
         k = r.topk or settings.retrieval.top_k
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        slot = await admit("/retrieve", deadline)
+        served = False
         try:
-            results = await asyncio.wait_for(engine.retrieve(list(r.queries), mode, k), timeout_s)
+            results = await asyncio.wait_for(engine.retrieve(list(r.queries), mode, k), remaining(deadline))
+            served = True
         except Exception as exc:
+            served = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
             mapped = _mapped("/retrieve", exc)
             if mapped is exc:
                 raise
             raise mapped from exc
+        finally:
+            slot.release(served)
         metrics.searches.labels(mode, "retrieve").inc(len(results))
         return Response(retrieve_response(results, mode, r.return_scores).model_dump_json(),
                         media_type="application/json")
@@ -307,32 +388,53 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
         """Prometheus metrics: requests by route and status, latency histograms, searches per mode, finishes."""
         return Response(metrics.render(), media_type=metrics.content_type)
 
-    # -- guards, outermost last: metrics see every response, auth runs before the body is read ------------------------
+    # -- guards, outermost last: metrics see every response, auth runs before the body is read, the content type is
+    #    checked on the buffered body (so a refused client still reads its 415 rather than a reset) -------------------
 
+    app.add_middleware(JSONContentTypeMiddleware, paths=JSON_PATHS)
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
     if api_key:
         app.add_middleware(APIKeyMiddleware, api_key=api_key, public_paths=PUBLIC_PATHS)
-        _document_auth(app)
+    _customise_openapi(app, with_auth=bool(api_key))
     app.add_middleware(MetricsMiddleware, metrics=metrics,
                        paths=lambda: [getattr(r, "path", "") for r in app.routes])
     return app
 
 
-def _document_auth(app: FastAPI) -> None:
-    """Declare the bearer scheme in the OpenAPI schema, on every operation that needs it."""
+def stream_item_schema() -> dict[str, Any]:
+    """The OpenAPI ``itemSchema`` (3.2's form for event streams, which FastAPI also emits) of a streamed ``/ask``: one
+    alternative per event name, its ``data`` the JSON of that event's model."""
+    return {"oneOf": [
+        {"type": "object", "required": ["event", "data"],
+         "properties": {"event": {"const": name},
+                        "data": {"type": "string", "contentMediaType": "application/json",
+                                 "contentSchema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
+        for name, model in STREAM_EVENTS.items()]}
+
+
+def _customise_openapi(app: FastAPI, *, with_auth: bool) -> None:
+    """Add the stream events' models to the schema's components (no route returns them as a body, so FastAPI would
+    not) and, with an API key, declare the bearer scheme on every operation that needs it."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = FastAPI.openapi(app)
-        schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearerAuth"] = {
-            "type": "http", "scheme": "bearer", "description": "The server's API key (server.api_key)."}
-        for path, ops in schema.get("paths", {}).items():
-            if path in PUBLIC_PATHS:
-                continue
-            for op in ops.values():
-                if isinstance(op, dict):
-                    op["security"] = [{"bearerAuth": []}]
+        components = schema.setdefault("components", {})
+        _, defs = models_json_schema([(m, "serialization") for m in STREAM_EVENTS.values()],
+                                     ref_template="#/components/schemas/{model}")
+        for name, definition in defs.get("$defs", {}).items():
+            components.setdefault("schemas", {}).setdefault(name, definition)
+        if with_auth:
+            components.setdefault("securitySchemes", {})["bearerAuth"] = {
+                "type": "http", "scheme": "bearer", "description": "The server's API key (server.api_key)."}
+            for path, ops in schema.get("paths", {}).items():
+                if path in PUBLIC_PATHS:
+                    continue
+                for op in ops.values():
+                    if isinstance(op, dict):
+                        op["security"] = [{"bearerAuth": []}]
+        app.openapi_schema = schema
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]

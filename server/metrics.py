@@ -31,18 +31,38 @@ class ServerMetrics:
                                 "loop, source=retrieve: /retrieve queries.", ["mode", "source"], registry=r)
         self.finish = Counter("routerag_ask_finish", "Finished /ask trajectories by how they ended (answer, "
                               "forced_answer, no_answer, error).", ["finish"], registry=r)
-        self.errors = Counter("routerag_request_errors", "/ask and /retrieve requests the engine failed, by error "
-                              "type (timeout, invalid_query, backend_error, invalid_request).",
-                              ["route", "type"], registry=r)
+        self.errors = Counter("routerag_request_errors", "/ask and /retrieve requests that did not get their answer, "
+                              "by error type (timeout, invalid_query, backend_error, overloaded, "
+                              "client_disconnected).", ["route", "type"], registry=r)
+        # admission control (server/admission.py)
+        self.admission_running = Gauge("routerag_admission_in_flight", "Requests holding an admission slot (running), "
+                                       "by route.", ["route"], registry=r)
+        self.admission_queued = Gauge("routerag_admission_queue_depth", "Requests waiting for an admission slot, by "
+                                      "route.", ["route"], registry=r)
+        self.admission_limit = Gauge("routerag_admission_limit", "The admission bounds, by route and kind (in_flight, "
+                                     "queue).", ["route", "kind"], registry=r)
+        self.refused = Counter("routerag_admission_refused", "Requests refused with 503 by admission control, by route "
+                               "and reason (queue_full; deadline: it could not finish within the request timeout).",
+                               ["route", "reason"], registry=r)
+        self.service_estimate = Gauge("routerag_admission_service_seconds", "The service time admission control "
+                                      "plans with: the moving average of recent durations plus twice their average "
+                                      "deviation, by route.", ["route"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
+#: Set in the request scope's ``state`` by a route that learns, after its response started, that the client left
+#: (a dropped event stream): the request is then counted with this status instead of the 200 it started with.
+DISCONNECTED_STATE = "routerag_client_disconnected"
+CLIENT_CLOSED = 499  # nginx's "client closed request"
+
+
 class MetricsMiddleware:
     """Counts every response (including those the auth and body-limit guards send) and times /ask and /retrieve
     until the response's last byte. Routes are labelled by their path; unknown paths are folded into ``other`` so
-    a scanner cannot blow up the label set."""
+    a scanner cannot blow up the label set. A stream whose client left midway counts as 499, not as the 200 its
+    headers said."""
 
     def __init__(self, app: ASGIApp, *, metrics: ServerMetrics, paths: Callable[[], Iterable[str]]) -> None:
         self.app = app
@@ -77,6 +97,8 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             gauge.dec()
+            if scope.get("state", {}).get(DISCONNECTED_STATE):
+                status = CLIENT_CLOSED
             self.metrics.requests.labels(route, scope.get("method", ""), str(status)).inc()
             if timed:
                 self.metrics.latency.labels(route).observe(time.perf_counter() - t0)

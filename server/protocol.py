@@ -9,6 +9,10 @@ message) and publish them in the OpenAPI schema.
 ``/retrieve`` speaks Search-R1's retriever protocol (``queries``, ``topk``, ``return_scores`` in; ``result`` out,
 each document with ``id``, ``title``, ``text`` and Search-R1's ``contents`` = ``"Title"`` line + text), plus our
 ``mode`` field and per-query retrieval compute time ``ms``.
+
+The schema states what the server enforces and nothing less: text that must not be blank carries a ``pattern`` (at
+least one character Python does not count as whitespace), so a request the schema calls valid is not refused later.
+The events of a streamed ``/ask`` have models too (:data:`STREAM_EVENTS`), published in the OpenAPI schema.
 """
 
 from __future__ import annotations
@@ -40,8 +44,14 @@ def _non_blank(v: str) -> str:
     return v
 
 
-Text = Annotated[str, AfterValidator(_valid_text)]
-Question = Annotated[str, AfterValidator(_valid_text), AfterValidator(_non_blank)]
+NON_BLANK_PATTERN = r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+"""A character that is not whitespace by Python's ``str.isspace`` (what the retriever strips), written so that JSON
+Schema (ECMA-262), Python's ``re`` and pydantic's Rust regex read it alike. Published only: the validator below
+enforces the same rule with a readable message."""
+
+NonBlank = Annotated[str, Field(json_schema_extra={"pattern": NON_BLANK_PATTERN}), AfterValidator(_valid_text),
+                     AfterValidator(_non_blank)]
+Question = NonBlank
 
 
 # -- /ask -------------------------------------------------------------------------------------------------------------
@@ -85,11 +95,13 @@ class AskResponse(BaseModel):
 
 
 class RetrieveRequest(BaseModel):
-    """Search-R1's retriever request plus ``mode``. Extra fields are ignored, as Search-R1's server ignores them."""
+    """Search-R1's retriever request plus ``mode``. Unknown fields are rejected, as ``/ask`` rejects them: a
+    misspelt ``top_k`` would otherwise be silently answered with the default ``topk``."""
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    queries: list[Text] = Field(min_length=1, description="Queries, retrieved together in one batch.")
+    queries: list[NonBlank] = Field(min_length=1, description="Queries, retrieved together in one batch; none may be "
+                                                              "empty or blank.")
     topk: int | None = Field(None, ge=1, description="Documents per query (the retrieval default if null).")
     return_scores: bool = Field(False, description="Wrap each document as {document, score}.")
     mode: RetrieveMode | None = Field(None, description="passage, graph or hybrid (server default if null).")
@@ -118,10 +130,10 @@ class RetrieveResponse(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    type: str = Field(description="validation_error, invalid_query, invalid_request, authentication_error, "
-                                  "request_too_large, timeout, backend_error, not_found, method_not_allowed, "
-                                  "not_ready or internal_error (and client_disconnected, with status 499, in the "
-                                  "logs and metrics of a request whose client left).")
+    type: str = Field(description="validation_error, invalid_query, authentication_error, request_too_large, "
+                                  "unsupported_media_type, overloaded, timeout, backend_error, not_found, "
+                                  "method_not_allowed, not_ready or internal_error (and client_disconnected, with "
+                                  "status 499, in the logs and metrics of a request whose client left).")
     message: str
 
 
@@ -133,6 +145,60 @@ class ErrorResponse(BaseModel):
 
 class StatusResponse(BaseModel):
     status: str
+
+
+# -- the events of a streamed /ask ------------------------------------------------------------------------------------
+
+
+class ThinkEvent(BaseModel):
+    """The policy's reasoning before its action."""
+
+    type: Literal["think"]
+    text: str
+    step: int
+
+
+class SearchEvent(BaseModel):
+    """A search the policy chose: its mode (after any forced mode), the mode tags it wrote, and its query."""
+
+    type: Literal["search"]
+    mode: RetrieveMode
+    tags: list[str]
+    query: str
+    step: int
+
+
+class EventDocument(BaseModel):
+    id: str
+    title: str
+    text: str
+    score: float
+
+
+class InformationEvent(BaseModel):
+    """The documents a search returned, as the policy reads them."""
+
+    type: Literal["information"]
+    step: int
+    mode: RetrieveMode
+    retrieval_ms: float
+    docs: list[EventDocument]
+
+
+class AnswerEvent(BaseModel):
+    """The answer; ``forced`` when the budget or the invalid-turn limit made the policy answer."""
+
+    type: Literal["answer"]
+    text: str | None
+    forced: bool
+
+
+STREAM_EVENTS: dict[str, type[BaseModel]] = {"think": ThinkEvent, "search": SearchEvent,
+                                             "information": InformationEvent, "answer": AnswerEvent,
+                                             "done": AskResponse, "error": ErrorResponse}
+"""``/ask`` with ``stream: true``: each SSE event's name and the model of its JSON ``data``. The stream ends with
+``done`` (the whole answer, as the JSON response would be) or ``error`` (the error object a JSON response would
+carry, e.g. a timeout or an internal error)."""
 
 
 # -- the configured maxima --------------------------------------------------------------------------------------------
@@ -153,12 +219,12 @@ def request_models(cfg: ServerConfig, max_query_chars: int | None = None) -> tup
         k=(int | None, Field(None, ge=1, le=cfg.max_k,
                              description=f"Documents per search (1 to {cfg.max_k}; server default if null).")),
     )
-    query_t = Annotated[Text, Field(max_length=max_query_chars)] if max_query_chars else Text
+    query_t = Annotated[NonBlank, Field(max_length=max_query_chars)] if max_query_chars else NonBlank
     retrieve = create_model(
         "RetrieveRequest", __base__=RetrieveRequest, __module__=__name__,
         queries=(list[query_t], Field(min_length=1, max_length=cfg.max_queries,  # type: ignore[valid-type]
-                                      description=f"Queries (1 to {cfg.max_queries}), retrieved together in one "
-                                                  "batch.")),
+                                      description=f"Queries (1 to {cfg.max_queries}, none empty or blank), "
+                                                  "retrieved together in one batch.")),
         topk=(int | None, Field(None, ge=1, le=cfg.max_k,
                                 description=f"Documents per query (1 to {cfg.max_k}; the retrieval default if "
                                             "null).")),

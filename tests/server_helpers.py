@@ -28,23 +28,30 @@ class RoutingPolicy:
     """A policy whose every reply depends only on its own request, never on call order (unlike
     :class:`tests.scripted.ScriptedGenerator`, which pops turns globally), so any number of concurrent requests is
     deterministic: first it searches the question in ``mode_tag``'s mode, then it answers with the title of the
-    first document it got back; a forced answer is ``unknown``. ``delay_s`` makes every generation that slow."""
+    first document it got back; a forced answer is ``unknown``. ``delay_s`` makes every generation that slow;
+    ``serial`` makes generations run one at a time, as on a model with a fixed throughput (an in-process model on a
+    CPU), so that concurrent requests slow each other down."""
 
     name = "routing-policy"
     tracks_tokens = False
     tokenizer = None
 
-    def __init__(self, mode_tag: str = "[graph]", delay_s: float = 0.0) -> None:
+    def __init__(self, mode_tag: str = "[graph]", delay_s: float = 0.0, serial: bool = False) -> None:
         self.mode_tag = mode_tag
         self.delay_s = delay_s
+        self.serial = serial
         self.calls = 0
+        self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
 
     def render_prompt(self, user_message: str) -> tuple[str, None]:
         return chatml(user_message), None
 
     async def generate(self, request: GenerationRequest) -> Generation:
         self.calls += 1
-        if self.delay_s:
+        if self.serial:
+            async with self._locks.setdefault(asyncio.get_running_loop(), asyncio.Lock()):
+                await asyncio.sleep(self.delay_s)
+        elif self.delay_s:
             await asyncio.sleep(self.delay_s)
         prompt = request.prompt_text
         if request.stop == ("</answer>",):  # forced: the <answer> tag is already open in the prompt

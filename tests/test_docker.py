@@ -67,6 +67,41 @@ def test_compose_has_three_healthchecked_services() -> None:
     assert "/ready" in " ".join(rr["healthcheck"]["test"])
 
 
+def test_compose_server_is_private_keyed_and_its_healthcheck_sends_the_key(index, retriever) -> None:
+    """The server is published on the loopback interface only, compose refuses to start it without an API key
+    (``${VAR:?message}``), and the healthcheck's /ready call carries the key: run against a live keyed server, it
+    passes, where a keyless call would get 401."""
+    import os
+    import sys
+
+    from routerag.config import Settings
+    from routerag.engine import Engine
+    from server.app import create_app
+
+    from .server_helpers import RoutingPolicy, live_server
+
+    rr = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]["routerag"]
+    assert all(str(p).startswith("127.0.0.1:") for p in rr["ports"]), rr["ports"]
+    key = rr["environment"]["ROUTERAG_SERVER__API_KEY"]
+    assert key.startswith("${ROUTERAG_SERVER__API_KEY:?"), key  # required, never an empty default
+    test = rr["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python3", "-c"] and len(test) == 4
+    code = test[3]
+    settings = Settings(server={"api_key": "compose-key"})
+    engine = Engine(index, settings, generator=RoutingPolicy(), retriever=retriever)
+    engine.warm_up()
+    app = create_app(engine, settings)
+    with live_server(app) as url:
+        probe = code.replace("http://127.0.0.1:8000", url)
+        assert probe != code
+        env = {**os.environ, "ROUTERAG_SERVER__API_KEY": "compose-key"}
+        ok = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=30)
+        assert ok.returncode == 0, ok.stderr
+        env["ROUTERAG_SERVER__API_KEY"] = "wrong"
+        bad = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=30)
+        assert bad.returncode != 0 and "401" in bad.stderr
+
+
 def test_dockerignore_keeps_the_context_small() -> None:
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}

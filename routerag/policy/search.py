@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from ..batching import MicroBatcher
-from ..retrieval import Mode, RetrievalResult, RetrievedDoc, Retriever
+from ..retrieval import Mode, QueryError, RetrievalResult, RetrievedDoc, Retriever
 
 
 class LocalSearch:
@@ -21,13 +21,19 @@ class LocalSearch:
         self.batcher: MicroBatcher[tuple[str, Mode, int], RetrievalResult] = MicroBatcher(
             self._run, max_batch=max_batch, max_wait_ms=max_wait_ms, name="retrieval", exclusive=exclusive)
 
-    def _run(self, items: list[tuple[str, Mode, int]]) -> list[RetrievalResult]:
-        out: list[RetrievalResult | None] = [None] * len(items)
+    def _run(self, items: list[tuple[str, Mode, int]]) -> list[RetrievalResult | QueryError]:
+        """One batched search per (mode, k); a refused query (or mode, or k) fails its own searches only, since the
+        batch mixes the searches of unrelated trajectories."""
+        out: list[RetrievalResult | QueryError | None] = [None] * len(items)
         groups: dict[tuple[Mode, int], list[int]] = {}
         for i, (_, mode, k) in enumerate(items):
             groups.setdefault((mode, k), []).append(i)
         for (mode, k), idx in groups.items():
-            for i, res in zip(idx, self.retriever.search([items[i][0] for i in idx], mode=mode, k=k)):
+            try:
+                results = self.retriever.search_each([items[i][0] for i in idx], mode=mode, k=k)
+            except QueryError as exc:
+                results = [exc] * len(idx)
+            for i, res in zip(idx, results):
                 out[i] = res
         return out  # type: ignore[return-value]
 

@@ -166,6 +166,24 @@ class Retriever:
             out.extend(self._search_batch(clean[start:end], mode, k, vecs))
         return out
 
+    def search_each(self, queries: Sequence[str], mode: Mode | None = None,
+                    k: int | None = None) -> list[RetrievalResult | QueryError]:
+        """As :meth:`search`, but a query the retriever refuses gets its :class:`QueryError` in its own place while
+        the others are searched: the queries of one batch may come from unrelated callers (the loop's micro-batched
+        searches), and one caller's bad query must not fail its neighbours."""
+        checked: list[str | QueryError] = []
+        for q in queries:
+            try:
+                checked.append(self._check(q))
+            except QueryError as exc:
+                checked.append(exc)
+        valid = [(i, c) for i, c in enumerate(checked) if isinstance(c, str)]
+        out: list[RetrievalResult | QueryError | None] = [c if isinstance(c, QueryError) else None for c in checked]
+        if valid:
+            for (i, _), res in zip(valid, self.search([c for _, c in valid], mode, k)):
+                out[i] = res
+        return out  # type: ignore[return-value]
+
     def embed(self, queries: Sequence[str]) -> np.ndarray:
         """Unit query vectors, as :meth:`search` would compute them."""
         return self.embedder.encode_queries([self._check(q) for q in queries])
