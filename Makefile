@@ -30,10 +30,11 @@ $(STAMP): pyproject.toml Makefile
 
 $(TEST_STAMP): $(STAMP)
 	$(PIP) -e ".[test]"
-	# our GRPO arithmetic is tested against verl's on CPU: verl without its GPU stack (--no-deps; it would also pin
-	# an older transformers) plus what it imports at load time
+	# the verl plug-ins are tested on CPU against verl itself (config composition, the agent-loop worker, the
+	# stage-2 hook on a TransferQueue batch, GRPO arithmetic): verl without its GPU stack (--no-deps; it would also
+	# pin an older transformers) plus what it and the plug-ins import at load time
 	$(PIP) --no-deps "verl==0.9.1"
-	$(PIP) ray "tensordict==0.10.0" omegaconf codetiming orjson hydra-core
+	$(PIP) ray "tensordict==0.10.0" omegaconf codetiming orjson hydra-core datasets torchdata cachetools "TransferQueue==0.1.11"
 	rm -f $(VENV)/.installed-test-*
 	touch $(TEST_STAMP)
 
