@@ -20,8 +20,12 @@ Usage::
         assert server.requests[0].path == "/v1/chat/completions"
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (``prompt`` may be a list: the handler is called
-once per prompt), ``GET /v1/models``. Also supported: ``n`` (the handler is called ``n`` times), ``stop`` (the
-scripted text is cut at the earliest stop string and finish_reason becomes "stop", as real servers do), ``usage``
+once per prompt), ``POST /v1/embeddings`` (deterministic bag-of-words vectors, :func:`fake_embedding`; no handler),
+``GET /v1/models``. ``FakeOpenAIServer(api_key=...)`` answers 401 to requests without ``Authorization: Bearer
+<key>``, as OpenAI and ``vllm serve --api-key`` do. ``Reply(raw=...)`` sends a body that is not a completion
+(garbage, or ``{"choices": []}``) to test how callers survive it. Also supported: ``n`` (the handler is called ``n`` times), ``stop`` (the
+scripted text is cut at the earliest stop string and finish_reason becomes "stop", as OpenAI and vLLM do; with
+``keep_stop=True`` the stop string stays in the text, as ``transformers serve`` does), ``usage``
 (whitespace-word counts unless the reply sets them), ``stream`` (server-sent events: one content chunk, one chunk
 with the finish reason, a usage chunk when ``stream_options.include_usage``, then ``[DONE]``).
 
@@ -39,6 +43,7 @@ import socket
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -46,7 +51,7 @@ from typing import Any, Union
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 DEFAULT_MODEL = "fake-model"
@@ -68,6 +73,9 @@ class Reply:
     completion_tokens: int | None = None
     choice_extra: dict[str, Any] = field(default_factory=dict)
     """Merged into the choice object (e.g. ``{"logprobs": {...}}`` or ``{"stop_reason": ...}``)."""
+    raw: str | dict[str, Any] | None = None
+    """Sent as the whole 200 response instead of a completion: a dict as JSON (e.g. ``{"choices": []}``), a string
+    as is with a JSON content type (garbage), even when the request asked for a stream."""
 
 
 HandlerResult = Union[Reply, str, "tuple[str, str]"]
@@ -115,11 +123,26 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
-def _apply_stop(text: str, finish_reason: str, stop: Any) -> tuple[str, str]:
+EMBEDDING_DIM = 32
+
+
+def fake_embedding(text: str, dim: int = EMBEDDING_DIM) -> list[float]:
+    """A deterministic vector: each lower-cased word adds 1 to a bucket chosen by its CRC32, so texts that share
+    words are similar (enough for retrieval over a small corpus to rank sensibly)."""
+    vec = [0.0] * dim
+    for word in text.lower().split():
+        vec[zlib.crc32(word.strip(".,;:!?\"'()").encode()) % dim] += 1.0
+    if not any(vec):
+        vec[0] = 1.0
+    return vec
+
+
+def _apply_stop(text: str, finish_reason: str, stop: Any, keep: bool = False) -> tuple[str, str]:
     stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if isinstance(s, str) and s]
-    hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    hits = [(i, s) for s in stops if s and (i := text.find(s)) >= 0]
     if hits:
-        return text[:min(hits)], "stop"
+        i, s = min(hits)
+        return text[:i + len(s) if keep else i], "stop"
     return text, finish_reason
 
 
@@ -148,9 +171,12 @@ class FakeOpenAIServer:
     """
 
     def __init__(self, handler: Handler | None = None, *, models: Sequence[str] | None = None,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", api_key: str | None = None, keep_stop: bool = False) -> None:
         self.handler: Handler = handler or echo_handler
         self.models = list(models) if models is not None else None
+        self.api_key = api_key
+        self.keep_stop = keep_stop
+        """Keep the stop string that fired in the text, as ``transformers serve`` does (OpenAI and vLLM cut it)."""
         self.host = host
         self.port: int | None = None
         self.requests: list[RecordedRequest] = []
@@ -209,6 +235,24 @@ class FakeOpenAIServer:
     def _build_app(self) -> FastAPI:
         app = FastAPI()
 
+        @app.middleware("http")
+        async def require_key(request: Request, call_next: Any) -> Any:
+            if self.api_key is not None and request.headers.get("authorization") != f"Bearer {self.api_key}":
+                self.requests.append(RecordedRequest(request.url.path, {"refused": "api key"}))
+                return _error_response(401, "Incorrect API key provided.")
+            return await call_next(request)
+
+        @app.post("/v1/embeddings")
+        async def embeddings(request: Request) -> JSONResponse:
+            body = await request.json()
+            self.requests.append(RecordedRequest(request.url.path, body))
+            texts = body.get("input")
+            texts = [texts] if isinstance(texts, str) else list(texts or [])
+            data = [{"object": "embedding", "index": i, "embedding": fake_embedding(t)} for i, t in enumerate(texts)]
+            n = sum(_words(t) for t in texts)
+            return JSONResponse({"object": "list", "data": data, "model": body.get("model", DEFAULT_MODEL),
+                                 "usage": {"prompt_tokens": n, "total_tokens": n}})
+
         @app.get("/v1/models")
         async def list_models() -> JSONResponse:
             ids = self.models if self.models is not None else [DEFAULT_MODEL]
@@ -257,6 +301,11 @@ class FakeOpenAIServer:
         failed = next((r for r in replies if r.status != 200), None)
         if failed is not None:
             return _error_response(failed.status, failed.error or f"scripted HTTP {failed.status}", failed.headers)
+        raw = next((r.raw for r in replies if r.raw is not None), None)
+        if isinstance(raw, dict):
+            return JSONResponse(raw)
+        if raw is not None:
+            return Response(raw, media_type="application/json")
 
         prompt_tokens = 0
         if chat:
@@ -268,7 +317,7 @@ class FakeOpenAIServer:
         completion_tokens = 0
         headers: dict[str, str] = {}
         for i, r in enumerate(replies):
-            text, finish = _apply_stop(r.text, r.finish_reason, body.get("stop"))
+            text, finish = _apply_stop(r.text, r.finish_reason, body.get("stop"), self.keep_stop)
             completion_tokens += r.completion_tokens if r.completion_tokens is not None else _words(text)
             if r.prompt_tokens is not None:
                 prompt_tokens = r.prompt_tokens

@@ -127,7 +127,7 @@ def test_openai_backend_end_to_end_through_ask(index: Path, retriever: Retriever
     with FakeOpenAIServer(completions_policy) as llm:
         settings = Settings()
         gen = OpenAIGenerator(GeneratorConfig(backend="openai", model="policy-model", base_url=llm.base_url,
-                                              timeout_s=10))
+                                              timeout_s=10, api="completions"))
         app = create_app(Engine(index, settings, generator=gen, retriever=retriever), settings)
 
         async def go() -> httpx.Response:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import json_repair
 
 from routerag.corpus import Passage
+from routerag.llm_clients import error_detail, openai_client
 
 from . import prompts
 from .base import Extractor, OpenIEResult, Triple, clean_entities, clean_triples
@@ -237,12 +238,8 @@ class LLMExtractor(Extractor):
         self._vllm: Any = None
         self._sampling_params: Any = None
         if backend == "openai":
-            import openai
-
-            # Without a base URL this is OpenAI itself and the client reads OPENAI_API_KEY; local servers want any key.
-            key = api_key or (None if base_url is None else "EMPTY")
-            self._client = openai.AsyncOpenAI(base_url=base_url, api_key=key, timeout=timeout_s,
-                                              max_retries=max_retries)
+            self._client = openai_client(base_url, api_key, timeout_s=timeout_s, max_retries=max_retries,
+                                         asynchronous=True)
             self.base_url = str(self._client.base_url)
 
     @classmethod
@@ -421,7 +418,7 @@ class LLMExtractor(Extractor):
 
     def _status_error(self, exc: Any) -> Exception:
         status = exc.status_code
-        detail = _error_detail(exc)
+        detail = error_detail(exc)
         where = f"LLM endpoint {self.base_url}"
         if status in (400, 422):
             return _RequestRejected(f"HTTP {status}: {detail}")
@@ -502,13 +499,3 @@ class LLMExtractor(Extractor):
                     out[i] = (value, "")
             pending = still
         return out
-
-
-def _error_detail(exc: Any) -> str:
-    """The server's own error message when the body has one (OpenAI and vLLM put it in ``error.message``)."""
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        err = body["error"] if isinstance(body.get("error"), dict) else body
-        if err.get("message"):
-            return str(err["message"])
-    return str(getattr(exc, "message", None) or exc)

@@ -77,10 +77,12 @@ BackendOpt = Annotated[Optional[str], typer.Option(help="transformers, openai or
 BaseUrlOpt = Annotated[Optional[str], typer.Option(help="OpenAI-compatible server of the policy.")]
 AdapterOpt = Annotated[Optional[str], typer.Option(help="LoRA adapter folder for the policy.")]
 TemperatureOpt = Annotated[Optional[float], typer.Option(help="Sampling temperature (0 = greedy).")]
+ApiOpt = Annotated[Optional[str], typer.Option(help="With --backend openai: chat (/v1/chat/completions, the default; "
+                                                    "every modern server) or completions (/v1/completions, legacy).")]
 
 
 def policy_overrides(policy: str | None, backend: str | None, base_url: str | None, adapter: str | None,
-                     temperature: float | None) -> dict:
+                     temperature: float | None, api: str | None = None) -> dict:
     """The policy flags → the ``policy.generator`` section of :class:`~routerag.config.Settings`."""
     return {"generator": {"model": policy, "backend": backend, "base_url": base_url, "adapter": adapter,
-                          "temperature": temperature}}
+                          "temperature": temperature, "api": api}}

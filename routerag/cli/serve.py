@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from ..config import Settings, load_settings
-from .common import (AdapterOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt, policy_overrides,
-                     err_console, handle_errors, setup_logging)
+from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
+                     policy_overrides, err_console, handle_errors, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -24,6 +24,7 @@ def serve_cmd(
     policy: PolicyOpt = None,
     backend: BackendOpt = None,
     base_url: BaseUrlOpt = None,
+    api: ApiOpt = None,
     adapter: AdapterOpt = None,
     temperature: TemperatureOpt = None,
     host: Annotated[Optional[str], typer.Option(help="Interface to listen on (127.0.0.1).")] = None,
@@ -47,7 +48,7 @@ def serve_cmd(
 
     configure_threads()
     settings = load_settings(Settings, config,
-                             policy=policy_overrides(policy, backend, base_url, adapter, temperature),
+                             policy=policy_overrides(policy, backend, base_url, adapter, temperature, api),
                              server={"host": host, "port": port, "api_key": api_key})
     engine = Engine(index, settings)
     # load the graph and warm the query encoder now, so the first request does not pay for it (seconds on a big index)

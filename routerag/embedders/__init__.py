@@ -3,6 +3,8 @@ OpenAI-compatible endpoint. :func:`make_embedder` turns an :class:`~routerag.con
 
 from __future__ import annotations
 
+import hashlib
+
 from ..config import EMBEDDED_EMBEDDER, EmbedderConfig
 from .base import Embedder, normalize_rows
 from .cached import CachedEmbedder
@@ -26,16 +28,19 @@ def embedder_identity(cfg: EmbedderConfig) -> str:
 
 def make_embedder(cfg: EmbedderConfig, *, reuse: bool = True) -> Embedder:
     """Build (or reuse, per process) the embedder ``cfg`` names."""
-    key = cfg.model_dump_json()
+    from ..llm_clients import resolve_api_key
+
+    api_key = resolve_api_key(cfg.api_key, cfg.api_key_env) if cfg.name.startswith("openai:") else None
+    # the dump masks secrets: the key's fingerprint tells apart embedders that differ only in their key
+    key = cfg.model_dump_json() + (hashlib.sha256(api_key.encode()).hexdigest() if api_key else "")
     if reuse and key in _LOADED:
         return _LOADED[key]
     emb: Embedder
     if cfg.name.startswith("openai:"):
         from .openai_compat import OpenAIEmbedder
 
-        emb = OpenAIEmbedder(cfg.name.split(":", 1)[1], base_url=cfg.base_url,
-                             api_key=cfg.api_key.get_secret_value() if cfg.api_key else None,
-                             batch_size=cfg.batch_size, timeout_s=cfg.timeout_s,
+        emb = OpenAIEmbedder(cfg.name.split(":", 1)[1], base_url=cfg.base_url, api_key=api_key,
+                             api_key_env=cfg.api_key_env, batch_size=cfg.batch_size, timeout_s=cfg.timeout_s,
                              query_instruction=cfg.query_instruction)
     else:
         from .sentence_transformers import SentenceTransformerEmbedder, embedded_minilm_path

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -58,12 +59,17 @@ def parse_keep(text: str, n: int) -> list[int] | None:
 
 class LLMFactFilter:
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 30.0,
-                 max_concurrency: int = 8) -> None:
-        import openai
+                 max_concurrency: int = 8, max_tokens: int = 64) -> None:
+        from routerag.llm_clients import openai_client
 
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=2)
+        self.client = openai_client(base_url, api_key, timeout_s=timeout_s, max_retries=2)
         self.model = model
         self.max_concurrency = max_concurrency
+        self.max_tokens = max_tokens
+        self.answered = 0
+        """Requests the server answered with a completion (read or not): what tells a live endpoint from a dead one,
+        since every failure keeps all candidates."""
+        self._count_lock = threading.Lock()
 
     def keep(self, queries: Sequence[str], candidates: Sequence[Sequence[Fact]]) -> list[list[int] | None]:
         """Per query, the indices of the candidates to keep (the model's order), or None where the model failed —
@@ -81,11 +87,17 @@ class LLMFactFilter:
 
         try:
             resp = self.client.chat.completions.create(model=self.model, messages=build_messages(query, facts),
-                                                       temperature=0.0, max_tokens=64)
+                                                       temperature=0.0, max_tokens=self.max_tokens)
         except openai.OpenAIError as exc:
             log.warning("fact filter request failed (%s); keeping all %d facts", exc, len(facts))
             return None
-        text = resp.choices[0].message.content or ""
+        choices = getattr(resp, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            log.warning("fact filter server answered without a completion; keeping all %d facts", len(facts))
+            return None
+        with self._count_lock:
+            self.answered += 1
+        text = getattr(getattr(choices[0], "message", None), "content", None) or ""
         kept = parse_keep(text, len(facts))
         if kept is None:
             log.warning("fact filter answer unreadable (%r); keeping all %d facts", text[:200], len(facts))
