@@ -1,5 +1,6 @@
-"""Answer metrics, shared by evaluation and the training rewards: SQuAD-normalised exact match and token F1, and
-s3's GenAcc span check. Every function takes a prediction and a list of gold aliases and scores the best alias."""
+"""Answer metrics, shared by evaluation and the training rewards: SQuAD-normalised exact match and token F1, s3's
+GenAcc span check, and answer recall (the same check on the retrieved documents). Every function takes a prediction
+(or the documents) and a list of gold aliases and scores the best alias."""
 
 from __future__ import annotations
 
@@ -56,3 +57,11 @@ def gen_acc(prediction: str | None, golds: Sequence[str]) -> float:
         if n and any(pred[i : i + n] == gold for i in range(len(pred) - n + 1)):
             return 1.0
     return 0.0
+
+
+def answer_in_documents(documents: Sequence[str], golds: Sequence[str]) -> float:
+    """Answer recall: 1 when a normalised gold alias is a whole-token span of a normalised retrieved document
+    (GenAcc's test, applied to the evidence instead of the answer), else 0. It says whether the retrieval put the
+    answer in front of the reader, whatever the reader then made of it."""
+    aliases = [f" {a} " for a in (normalize_answer(g) for g in golds) if a]
+    return float(any(a in f" {normalize_answer(doc)} " for doc in documents for a in aliases))

@@ -25,7 +25,7 @@ def tiny():
 def test_stop_strings_cut_tokens_and_text_together(tiny) -> None:
     tok = tiny.tokenizer
     ids = tok.encode("<think>x</think><search>[graph] q</search> and more text", add_special_tokens=False)
-    req = GenerationRequest("p", None, max_tokens=100, stop=("</search>", "</answer>"))
+    req = GenerationRequest("p", None, max_tokens=100, stop=("</search>", "</answer>"), logprobs=True)
     g = tiny._finish(ids, [-0.1] * len(ids), req, req.stop, {tok.eos_token_id}, 7)
     assert g.finish_reason == "stop" and g.text.startswith("<think>x</think><search>[graph] q</search>")
     assert tok.decode(g.token_ids) == g.text and len(g.logprobs) == len(g.token_ids)
@@ -39,8 +39,8 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_result(tiny) -> N
     prompts = ["short", "a much longer prompt with many more words in it", "medium length prompt"]
 
     async def go():
-        reqs = [GenerationRequest(p, tiny.tokenizer.encode(p, add_special_tokens=False), max_tokens=n, stop=())
-                for p, n in zip(prompts, (3, 6, 4))]
+        reqs = [GenerationRequest(p, tiny.tokenizer.encode(p, add_special_tokens=False), max_tokens=n, stop=(),
+                                  logprobs=True) for p, n in zip(prompts, (3, 6, 4))]
         return await asyncio.gather(*(tiny.generate(r) for r in reqs))
 
     batches_before = tiny.batcher.batches
@@ -53,6 +53,40 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_result(tiny) -> N
     alone = asyncio.run(tiny.generate(GenerationRequest(prompts[1], tiny.tokenizer.encode(prompts[1],
                                                                                            add_special_tokens=False), 6, ())))
     assert alone.token_ids == out[1].token_ids
+    assert alone.logprobs is None  # not asked for: no vocabulary-wide scores were kept
+
+
+def test_base_view_generates_with_the_adapter_off_in_the_same_batcher() -> None:
+    import torch
+
+    from routerag.config import LoraConfig
+    from routerag.policy.backends.transformers_backend import TransformersGenerator
+    from training.models import add_lora, tiny_random_model
+
+    model, tok = tiny_random_model(0)
+    plain = TransformersGenerator(GeneratorConfig(model="tiny-random", temperature=0.0), model=model, tokenizer=tok)
+    with pytest.raises(ValueError, match="no adapter"):
+        plain.base_view()
+    prompt = "a prompt for the base and the adapted model"
+    ids = tok.encode(prompt, add_special_tokens=False)
+    base_alone = asyncio.run(plain.generate(GenerationRequest(prompt, ids, 8, ()))).token_ids
+    peft = add_lora(model, LoraConfig(r=4, alpha=8, dropout=0.0))
+    with torch.no_grad():  # LoRA starts as a no-op (B = 0): make the adapter change the outputs
+        for name, param in peft.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 1.0)
+    gen = TransformersGenerator(GeneratorConfig(model="tiny-random", temperature=0.0), model=peft, tokenizer=tok)
+    base = gen.base_view()
+
+    async def both():
+        req = GenerationRequest(prompt, ids, 8, ())
+        return await asyncio.gather(gen.generate(req), base.generate(req))
+
+    before = gen.batcher.batches
+    adapted, through_view = asyncio.run(both())
+    assert through_view.token_ids == base_alone != adapted.token_ids
+    assert gen.batcher.batches - before == 1  # one batch, generated in two groups
+    assert "adapter off" in base.name and base.tokenizer is tok
 
 
 @pytest.mark.slow

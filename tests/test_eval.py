@@ -18,6 +18,7 @@ from routerag.engine import Engine
 from routerag.evaluation import (EvalOptions, ResultsLog, evaluate_strategy, parse_strategies, run_evaluation,
                                  summarize, tradeoff)
 from routerag.policy.answering import DIRECT_TEMPLATE
+from routerag.policy.card import resolve_policy
 from routerag.policy.prompt import chatml
 
 from .scripted import CharTokenizer, FakeSearch, ScriptedGenerator
@@ -174,6 +175,43 @@ def test_naive_rag_uses_the_settings_mode_and_k(tmp_path: Path, qfile: Path) -> 
     assert {(m, k) for _, m, k in engine.search.calls} == {("passage", 2)}  # type: ignore[attr-defined]
 
 
+def test_one_search_in_each_fixed_mode_with_the_policys_reader(tmp_path: Path, qfile: Path) -> None:
+    """naive-passage / naive-graph / naive-hybrid: the question searched once in that mode, then read by the same
+    reader as the policy's final answer (here the policy model with the short-answer step, which cuts a sentence to
+    the span of the documents it names); answer recall and the per-type breakdown are recorded."""
+    rows = [{**q, "type": "bridge" if n % 2 else "comparison"} for n, q in enumerate(QUESTIONS)]
+    qf = tmp_path / "typed.jsonl"
+    qf.write_text("".join(json.dumps(q) + "\n" for q in rows))
+
+    def reply(req):
+        if "Answer the question using the documents below" in req.prompt_text and "chapel windows" in req.prompt_text:
+            return "<answer> I think Joran Veld made them </answer>"
+        return respond(req)
+
+    settings = Settings(policy={"reader": "policy", "short_answer": True})
+    docs = {**SEARCH_DOCS, "Who made the chapel windows?": ["Chapel", "Joran Veld"]}
+    engine = Engine("unused", settings, generator=ScriptedGenerator([reply] * 100), search=FakeSearch(docs),
+                    retriever=SimpleNamespace(passages=[]))
+    strategies = ["learned", "naive-passage", "naive-graph", "naive-hybrid"]
+    overview = evaluate(engine, qf, tmp_path / "out", strategies=strategies)
+    calls = engine.search.calls  # type: ignore[attr-defined]
+    questions = sorted(r["question"] for r in rows)
+    for mode in ("passage", "graph", "hybrid"):
+        assert sorted(q for q, m, _ in calls if m == mode and q in questions) == questions
+    summ = overview["datasets"][0]["summaries"]
+    for name in strategies[1:]:
+        recs = records_of(tmp_path / "out" / "typed" / f"{name}.jsonl")
+        assert recs["q3"]["prediction"] == "Joran Veld" and recs["q3"]["em"] == 1.0, (name, recs["q3"])
+        assert recs["q3"]["answer_recall"] == 1.0 and recs["q3"]["type"] == "comparison"
+        assert recs["q1"]["answer_recall"] == 1.0  # the page "Tarsk" came back
+        assert recs["q2"]["answer_recall"] == 0.0  # no document names amber
+    assert summ["naive-graph"]["mode_mix"]["graph"] == 1.0 and summ["naive-graph"]["searches"] == 1.0
+    assert set(summ["learned"]["by_type"]) == {"bridge", "comparison"}
+    assert summ["learned"]["by_type"]["comparison"]["questions"] == 2
+    report = (tmp_path / "out" / "typed" / "report.md").read_text()
+    assert "## By question type" in report and "| comparison | naive-graph |" in report
+
+
 def test_tokens_and_generation_time_are_counted_without_the_loop(tmp_path: Path, qfile: Path) -> None:
     engine = make_engine(tokenizer=CharTokenizer())
     evaluate(engine, qfile, tmp_path / "out", strategies=["no-retrieval"], limit=1)
@@ -285,7 +323,7 @@ def test_other_settings_refuse_to_mix_unless_fresh(tmp_path: Path, qfile: Path) 
     out = tmp_path / "out"
     evaluate(make_engine(), qfile, out, strategies=["learned", "no-retrieval"])
     with pytest.raises(ValueError, match="budget"):
-        evaluate(make_engine(), qfile, out, strategies=["learned"], budget=2)
+        evaluate(make_engine(), qfile, out, strategies=["learned"], budget=3)
     with pytest.raises(ValueError, match="policy.generator.model"):
         evaluate(make_engine(settings=Settings(policy={"generator": {"model": "other"}})), qfile, out,
                  strategies=["learned"])
@@ -295,7 +333,7 @@ def test_other_settings_refuse_to_mix_unless_fresh(tmp_path: Path, qfile: Path) 
     evaluate(engine, qfile, out, strategies=["learned"], concurrency=1)
     assert calls(engine) == 0
     engine = make_engine()
-    evaluate(engine, qfile, out, strategies=["no-retrieval"], budget=2)  # budget does not matter without the loop
+    evaluate(engine, qfile, out, strategies=["no-retrieval"], budget=3)  # budget does not matter without the loop
     assert calls(engine) == 0
     engine = make_engine()
     evaluate(engine, qfile, out, strategies=["learned"], budget=2, fresh=True)
@@ -350,7 +388,8 @@ def test_reports_and_plots_are_written_and_parse(tmp_path: Path, qfile: Path) ->
     overview = json.loads((out / "report.json").read_text())
     assert overview["command"] == "routerag eval test"
     assert [d["dataset"] for d in overview["datasets"]] == ["toy", "toy-2"]
-    assert overview["config"]["strategies"] == modes and overview["config"]["budget"] == 4
+    default_budget = resolve_policy(Settings().policy).loop["budget"]  # the shipped router's card
+    assert overview["config"]["strategies"] == modes and overview["config"]["budget"] == default_budget
     assert "tradeoff" in overview["definitions"]
     top_md = (out / "report.md").read_text()
     assert "[toy-2/report.md](toy-2/report.md)" in top_md

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from routerag.metrics import exact_match, f1, gen_acc, normalize_answer
-from training.rewards import (GainBeyondRAG, RewardConfig, Rollout, batch_rewards, duplicate_query_penalty,
-                              format_reward, frugal_stop_reward, retrieval_count_reward, routerag_time_efficiency)
+from routerag.metrics import answer_in_documents
+from training.rewards import (GainBeyondRAG, RewardConfig, Rollout, batch_rewards,
+                              duplicate_query_penalty, format_reward, frugal_stop_reward, retrieval_count_reward,
+                              routerag_time_efficiency, support_recall, table_cost)
 
 # -- metrics ------------------------------------------------------------------------------------------------------
 
@@ -36,9 +38,9 @@ def test_em_f1_genacc(pred, golds, em, f, ga) -> None:
 
 # -- rewards ------------------------------------------------------------------------------------------------------
 
-def rollout(answer, searches=0, ms=0.0, ok=True, queries=(), titles=()):
+def rollout(answer, searches=0, ms=0.0, ok=True, queries=(), titles=(), modes=(), docs=()):
     return Rollout(answer=answer, searches=searches, retrieval_ms=ms, format_ok=ok, queries=list(queries),
-                   step_titles=[list(t) for t in titles])
+                   step_titles=[list(t) for t in titles], modes=list(modes), documents=list(docs))
 
 
 def test_format_reward() -> None:
@@ -113,6 +115,51 @@ def test_composed_reward_adds_weighted_parts() -> None:
     assert b.total == pytest.approx(1.0 - 0.1 - 0.5 * 1.0 + 0.2 * 0.75)
 
 
+def test_answer_in_documents_matches_whole_token_spans_of_any_alias() -> None:
+    docs = ["Marisol Vantreigh (born 1961) is an Orelandic composer born in Kestrel Harbor.", "Other page"]
+    assert answer_in_documents(docs, ["Kestrel Harbor"]) == 1.0
+    assert answer_in_documents(docs, ["Lisbon", "kestrel harbor"]) == 1.0  # any alias, normalised
+    assert answer_in_documents(docs, ["Kestrel"]) == 1.0
+    assert answer_in_documents(docs, ["Harb"]) == 0.0  # not a whole-token span
+    assert answer_in_documents([], ["Kestrel Harbor"]) == 0.0
+    assert answer_in_documents(docs, [""]) == 0.0
+
+
+def test_support_recall_and_table_cost() -> None:
+    r = rollout("x", 2, titles=[["A", "C"], ["b "]], modes=["graph", "passage"])
+    assert support_recall(r, ["A", "B"]) == 1.0 and support_recall(r, ["A", "D"]) == 0.5
+    assert support_recall(r, []) == 0.0
+    assert table_cost(r, {"passage": 20.0, "graph": 34.0, "hybrid": 33.0}) == 54.0
+    with pytest.raises(ValueError, match="graph"):
+        table_cost(r, {"passage": 20.0})
+
+
+def test_outcome_presets_credit_found_evidence_and_price_searches_by_the_table() -> None:
+    docs_with = ["Kestrel Harbor is a city"]
+    rs = [rollout("wrong", 1, 900.0, modes=["passage"], docs=docs_with),     # evidence found, cheap mode
+          rollout("wrong", 2, 1.0, modes=["graph", "graph"], docs=docs_with),  # evidence found, two dear searches
+          rollout("Kestrel Harbor", 1, 5.0, modes=["graph"], docs=[]),          # right answer, no evidence
+          rollout("wrong", 1, 5.0, modes=["hybrid"], docs=["nothing here"])]    # neither
+    golds = [["Kestrel Harbor"]] * 4
+    stage1 = batch_rewards(rs, golds, RewardConfig.preset("outcome-stage1"))
+    assert [b.total for b in stage1] == [0.5, 0.5, 1.0, 0.0]  # EM + 0.5 × evidence found
+    assert [b.parts["retrieval_outcome"] for b in stage1] == [1.0, 1.0, 0.0, 0.0]
+    maxed = batch_rewards(rs, golds, RewardConfig(retrieval="answer", retrieval_combine="max"))
+    assert [b.total for b in maxed] == [1.0, 1.0, 1.0, 0.0]
+    table = {"passage": 20.0, "graph": 34.0, "hybrid": 33.0}
+    stage2 = batch_rewards(rs, golds, RewardConfig.preset("outcome-stage2"), cost_table=table)
+    # the measured times (900 ms for the cheap search) are ignored: the table prices 20, 68, 34, 33 ms
+    assert [b.parts["cost_ms"] for b in stage2] == [20.0, 68.0, 34.0, 33.0]
+    assert [b.total for b in stage2] == pytest.approx(routerag_time_efficiency([0.5, 0.5, 1, 0],
+                                                                              [20.0, 68.0, 34.0, 33.0]))
+    assert stage2[0].total > stage2[1].total and stage2[2].total > stage2[3].total == 0.0
+    with pytest.raises(ValueError, match="cost_table"):
+        batch_rewards(rs, golds, RewardConfig.preset("outcome-stage2"))
+    support = batch_rewards([rollout("x", 1, titles=[["A"]])], [["y"]], RewardConfig(retrieval="support"),
+                            gold_titles=[["A", "B"]])
+    assert support[0].total == 0.5
+
+
 def test_rollout_round_trips_through_json() -> None:
-    r = rollout("x", 2, 5.5, queries=["a", "b"], titles=[["T"], ["U"]])
+    r = rollout("x", 2, 5.5, queries=["a", "b"], titles=[["T"], ["U"]], modes=["graph", "passage"], docs=["T t"])
     assert Rollout.from_json(r.to_json()) == r

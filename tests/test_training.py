@@ -91,23 +91,73 @@ def test_warm_start_examples_are_valid_policy_turns() -> None:
     tok = CharTokenizer()
     tok.apply_chat_template = lambda m, **kw: f"<user>{m[0]['content']}</user>"  # type: ignore[attr-defined]
     item = QAItem("1", "Where was Joran Veld born?", ["Tarsk"],
-                  [GoldPassage("Joran Veld", "Joran Veld was born in Tarsk."), GoldPassage("Tarsk", "A town.")])
-    from training.sft import build_example, gold_documents
+                  [GoldPassage("Joran Veld", "Joran Veld is a painter. He was born in tarsk in 1901."),
+                   GoldPassage("Tarsk", "A town.")])
+    from training.sft import build_example, gold_documents, gold_plan
 
     docs = gold_documents(item, {})
     seen_two = False
     for seed in range(6):
-        ex = build_example(item, docs, tok, random.Random(seed))
+        rng = random.Random(seed)
+        ex = build_example(item, gold_plan(item, docs, rng), tok, rng)
         text = tok.decode(ex.ids)
         policy = "".join(ch for ch, m in zip(text, ex.mask) if m)
-        assert "Joran Veld was born in Tarsk." in text and "Joran Veld was born in Tarsk." not in policy
-        assert policy.endswith("<answer> Tarsk </answer>")
+        assert "Joran Veld is a painter." in text and "Joran Veld is a painter." not in policy  # information: masked
+        assert "A town." in text and "A town." not in policy
+        # the last turn keeps reading: it quotes the sentence that holds the answer and copies the answer verbatim
+        assert "He was born in tarsk in 1901." in policy.rsplit("<think>", 1)[1]
+        assert policy.endswith("<answer> tarsk </answer>")
         turns = policy.split("</search>")
         assert all(parse_turn(t + "</search>").kind == "search" for t in turns[:-1])
         assert parse_turn(turns[-1]).kind == "answer"
         seen_two |= len(turns) == 3
     assert seen_two  # some examples search twice
     assert build_example(QAItem("2", "q", ["a"], []), [], tok, random.Random(0)) is None
+
+
+def test_routing_warm_start_uses_the_labelled_mode_and_searches_again_where_it_missed() -> None:
+    from routerag.retrieval import RetrievalResult, RetrievedDoc
+    from training.sft import build_example, retrieval_plan
+
+    tok = CharTokenizer()
+    tok.apply_chat_template = lambda m, **kw: f"<user>{m[0]['content']}</user>"  # type: ignore[attr-defined]
+    item = QAItem("1", "Where was Joran Veld born?", ["Tarsk"])
+    hit = RetrievedDoc("a", "Joran Veld", "Joran Veld was born in Tarsk.", 1.0)
+    miss = RetrievedDoc("b", "Other", "Nothing here.", 0.5)
+    results = {"passage": RetrievalResult(item.question, "passage", [miss]),
+               "graph": RetrievalResult(item.question, "graph", [hit, miss]),
+               "hybrid": RetrievalResult(item.question, "hybrid", [miss])}
+    plan = retrieval_plan(item, results, random.Random(0), label="graph")
+    assert [(p.mode, p.query) for p in plan] == [("graph", item.question)]
+    plan = retrieval_plan(item, results, random.Random(0), label="passage")  # missed: a second search that finds it
+    assert [p.mode for p in plan] == ["passage", "graph"]
+    ex = build_example(item, plan, tok, random.Random(0))
+    policy = "".join(ch for ch, m in zip(tok.decode(ex.ids), ex.mask) if m)
+    assert "<search>[passage] Where was Joran Veld born?</search>" in policy
+    assert "<search>[graph] Where was Joran Veld born?</search>" in policy and policy.endswith("<answer> Tarsk </answer>")
+    nowhere = {m: RetrievalResult(item.question, m, [miss]) for m in ("passage", "graph", "hybrid")}
+    assert len(retrieval_plan(item, nowhere, random.Random(0), label="hybrid")) == 1  # nothing better to try
+
+
+def test_routing_labels_pick_the_mode_that_served_the_reader(tmp_path: Path) -> None:
+    from routerag.datasets import DatasetError
+    from training.data import routing_labels
+
+    def write(mode: str, rows: dict[str, tuple[float, float, float]]) -> None:
+        with open(tmp_path / f"naive-{mode}.jsonl", "w") as fh:
+            for qid, (em, ga, found) in rows.items():
+                fh.write(json.dumps({"id": qid, "em": em, "gen_acc": ga, "answer_recall": found}) + "\n")
+
+    write("passage", {"a": (0, 0, 1), "b": (1, 1, 1), "c": (0, 0, 0), "d": (0, 1, 1)})
+    write("graph", {"a": (1, 1, 1), "b": (1, 1, 1), "c": (0, 0, 0), "d": (0, 0, 1)})
+    write("hybrid", {"a": (0, 1, 1), "b": (1, 1, 1), "c": (0, 0, 0), "d": (0, 0, 0)})
+    labels = routing_labels(tmp_path)
+    # a: graph is right; b: all tie, graph served most questions overall; c: nothing found: no label; d: GenAcc
+    assert labels == {"a": "graph", "b": "graph", "d": "passage"}
+    (tmp_path / "naive-graph.jsonl").unlink()
+    (tmp_path / "naive-hybrid.jsonl").unlink()
+    with pytest.raises(DatasetError, match="at least two"):
+        routing_labels(tmp_path)
 
 
 def test_prepare_data_round_trip(tmp_path: Path) -> None:
@@ -245,10 +295,38 @@ def test_smoke_preset_trains_checkpoints_and_resumes(tmp_path: Path, monkeypatch
     for key in ("reward", "em", "searches", "retrieval_ms", "kl", "mode_mix", "reward_parts", "format_ok"):
         assert key in rows[0]
     assert (out / "checkpoint-2" / "model").is_dir() and (out / "reward_curve.png").is_file()
+    from routerag.policy.card import read_card
+
+    card = read_card(out / "checkpoint-2" / "model")  # the trained policy carries the loop it was trained with
+    assert card is not None and card.loop.max_turn_tokens == 24 and card.loop.max_total_tokens == 160
+    assert card.trained["step"] == 2 and card.reader == "policy"
     res = CliRunner().invoke(app, [*args, "--steps", "3"])  # resumes from checkpoint-2: runs only step 3
     assert res.exit_code == 0, res.output
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
+
+
+def test_stage_two_prices_searches_by_the_cost_table_it_measured(tmp_path: Path, monkeypatch, minilm) -> None:
+    """outcome-stage2 charges each search its mode's median from a table measured alone when training starts and
+    recorded in the run; a resumed run keeps that table."""
+    monkeypatch.setenv("ROUTERAG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ROUTERAG_TRAIN__STAGE2_REWARD", "outcome-stage2")
+    out = tmp_path / "run"
+    args = ["train", "--stage", "2", "--switch-step", "1", "--engine", "local", "--model", "tiny-random", "--out",
+            str(out)]
+    res = CliRunner().invoke(app, [*args, "--steps", "2"])
+    assert res.exit_code == 0, res.output
+    table = json.loads((out / "retrieval_costs.json").read_text())
+    assert set(table["ms"]) == {"passage", "graph", "hybrid"} and all(v > 0 for v in table["ms"].values())
+    assert table["searches_per_mode"] >= 3
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in rows] == [1, 2] and rows[1]["reward_preset"] == "outcome-stage2"
+    assert "retrieval_outcome" in rows[1]["reward_parts"] and "cost_ms" in rows[1]["reward_parts"]
+    (out / "retrieval_costs.json").write_text(json.dumps({**table, "ms": {"passage": 1.0, "graph": 2.0,
+                                                                          "hybrid": 3.0}}))
+    res = CliRunner().invoke(app, [*args, "--steps", "3"])  # resumed: the recorded table, not a new measurement
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "retrieval_costs.json").read_text())["ms"]["graph"] == 2.0
 
 
 def test_logits_of_the_tail_only_give_the_same_log_probabilities() -> None:

@@ -103,6 +103,39 @@ def solved_ids(records: str | Path) -> set[str]:
     return ids
 
 
+NAIVE_RECORDS = {"passage": "naive-passage.jsonl", "graph": "naive-graph.jsonl", "hybrid": "naive-hybrid.jsonl"}
+"""The per-question records of ``routerag eval --modes naive-passage,naive-graph,naive-hybrid``."""
+
+
+def routing_labels(records_dir: str | Path) -> dict[str, str]:
+    """For each question of an evaluation of the naive one-search strategies, the mode whose documents served the
+    reader best: highest EM, then GenAcc, then answer recall (the answer among the documents). Where several modes
+    tie at the top, the one that served the reader best over all the questions wins: a per-question tie is noise the
+    policy cannot predict from the question. Questions where no mode found anything get no label (the warm start
+    then draws a mode, which keeps some variety for reinforcement learning to explore)."""
+    folder = Path(records_dir)
+    from routerag.evaluation.records import read_records
+
+    present = {m: folder / f for m, f in NAIVE_RECORDS.items() if (folder / f).is_file()}
+    if len(present) < 2:
+        raise DatasetError(f"{folder}: routing labels need the records of at least two of "
+                           f"{', '.join(NAIVE_RECORDS.values())} (routerag eval --modes "
+                           "naive-passage,naive-graph,naive-hybrid)")
+    scores: dict[str, dict[str, tuple[float, float, float]]] = {}
+    for mode, path in present.items():
+        for rec in read_records(path, required=("id", "em", "gen_acc")):
+            scores.setdefault(str(rec["id"]), {})[mode] = (float(rec["em"]), float(rec["gen_acc"]),
+                                                          float(rec.get("answer_recall") or 0.0))
+    overall = {m: tuple(sum(v[m][i] for v in scores.values() if m in v) for i in range(3)) for m in present}
+    labels = {}
+    for qid, by_mode in scores.items():
+        best = max(by_mode.values())
+        if best == (0.0, 0.0, 0.0):
+            continue
+        labels[qid] = max((m for m, v in by_mode.items() if v == best), key=lambda m: overall[m])
+    return labels
+
+
 def prepare(inputs: Sequence[str | Path], out_dir: str | Path, *, split: str = "train", data_source: str | None = None,
             limit: int | None = None, template: str = DEFAULT_INSTRUCTION,
             keep_ids: set[str] | None = None) -> dict[str, Any]:

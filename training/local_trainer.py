@@ -28,10 +28,12 @@ import torch
 from routerag.config import GeneratorConfig, Settings, TrainConfig
 from routerag.datasets import QAItem
 from routerag.policy import LoopConfig, PolicyLoop, Trajectory
+from routerag.policy.card import PolicyCard, card_for, training_policy, write_card
 from routerag.policy.backends.transformers_backend import TransformersGenerator
 from routerag.policy.search import LocalSearch
 from routerag.retrieval import Retriever
 
+from .costs import load_or_measure
 from .grpo import first_loss_position, group_advantages, low_var_kl, policy_loss_tokens, token_logprobs
 from .models import is_peft, load_policy, reference_policy
 from .rewards import RewardConfig, Rollout, batch_rewards
@@ -77,14 +79,38 @@ class LocalGRPOTrainer:
         exclusive = threading.Lock() if self.cfg.isolate_retrieval else None
         self.generator = TransformersGenerator(gen_cfg, model=self.model, tokenizer=self.tokenizer, exclusive=exclusive)
         self.retriever = retriever or Retriever(index, settings.retrieval)
-        c = self.cfg  # the served prompt template and invalid-turn limit, the trainer's budget, lengths and sampling
-        loop_cfg = LoopConfig.from_policy(settings.policy, budget=c.budget, k=c.k, temperature=c.temperature,
-                                          max_information_tokens=c.max_information_tokens,
-                                          max_turn_tokens=c.max_turn_tokens, max_total_tokens=c.max_total_tokens)
+        # the loop of the policy being trained: [train]'s settings, else [policy]'s, else the warm start's card; the
+        # reader the policy will be served with reads in the rollouts too, so the reward sees what a user gets
+        self.policy = training_policy(settings)
+        loop_cfg = LoopConfig.from_policy(settings.policy, self.policy, temperature=self.cfg.temperature,
+                                          answer_generator=self._reader_model())
         self.loop = PolicyLoop(self.generator, LocalSearch(self.retriever, exclusive=exclusive), loop_cfg)
         self.step = 0
         self._order: list[int] = []
+        self.cost_table: dict[str, Any] | None = None
+        if any(self.reward_config(s).time_cost == "table" for s in (1, self.cfg.steps)):
+            queries = [it.question for it in self.items[:20]]
+            self.cost_table = load_or_measure(self.out, self.retriever, queries, self.policy.loop["k"])
+            log.info("retrieval cost table (ms per search): %s", self.cost_table["ms"])
         self._resume()
+
+    def _reader_model(self) -> Any:
+        """The model that writes rollouts' final answers, as the policy's card says it will be served."""
+        if self.policy.reader == "base":
+            return self.generator.base_view()
+        if self.policy.reader == "generator":
+            from routerag.policy.backends import make_generator
+
+            return make_generator(self.settings.policy.answer_generator)  # type: ignore[arg-type]
+        return None
+
+    def card(self) -> PolicyCard:
+        """What the trained policy expects of the loop that serves it (written beside every checkpoint)."""
+        c = self.cfg
+        return card_for(self.policy, {"by": "routerag train (local GRPO)", "model": c.model,
+                                      "init_adapter": c.init_adapter, "step": self.step, "steps": c.steps,
+                                      "switch_step": c.switch_step, "stage1_reward": c.stage1_reward,
+                                      "stage2_reward": c.stage2_reward, "questions": len(self.items)})
 
     # -- the schedule ----------------------------------------------------------------------------------------------
 
@@ -134,10 +160,11 @@ class LocalGRPOTrainer:
         golds = [items[g].answers for g in groups]
         rollouts = [Rollout.from_trajectory(t) for t in trajs]
         rcfg = self.reward_config(step)
-        rewards = batch_rewards(rollouts, golds, rcfg, budget=self.cfg.budget)
+        rewards = batch_rewards(rollouts, golds, rcfg, budget=self.policy.loop["budget"],
+                                cost_table=self.cost_table["ms"] if self.cost_table else None)
         totals = torch.tensor([r.total for r in rewards], dtype=torch.float32)
         adv = group_advantages(totals, groups).tolist()
-        seqs = [trajectory_tokens(t, self.cfg.max_total_tokens + 4096) for t in trajs]
+        seqs = [trajectory_tokens(t, self.policy.loop["max_total_tokens"] + 4096) for t in trajs]
         t1 = time.perf_counter()
         stats = self.update(seqs, adv, groups)
         t_update = time.perf_counter() - t1
@@ -261,6 +288,7 @@ class LocalGRPOTrainer:
         else:
             self.model.save_pretrained(tmp / "model")
         self.tokenizer.save_pretrained(tmp / "model")
+        write_card(tmp / "model", self.card())
         torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step,
                     "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}, tmp / "state.pt")
         (tmp / "train_config.json").write_text(self.cfg.model_dump_json(indent=2))
@@ -272,7 +300,7 @@ class LocalGRPOTrainer:
         ckpt = latest_checkpoint(self.out)
         if ckpt is None:
             return
-        state = torch.load(ckpt / "state.pt", weights_only=False)
+        state = load_state(ckpt / "state.pt")
         if is_peft(self.model):
             from peft import set_peft_model_state_dict
             from peft.utils import load_peft_weights
@@ -293,6 +321,12 @@ class LocalGRPOTrainer:
             lines = [ln for ln in mf.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= self.step]
             mf.write_text("".join(ln + "\n" for ln in lines))
         log.info("resumed from %s (step %d)", ckpt, self.step)
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's optimiser state, RNG states and step. They are tensors and plain containers only, so the file is
+    read with ``weights_only=True``: a tampered ``state.pt`` cannot run code when a run resumes from it."""
+    return torch.load(path, weights_only=True)
 
 
 def latest_checkpoint(out: Path) -> Path | None:

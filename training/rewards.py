@@ -3,16 +3,24 @@
 The same code scores rollouts in the local GRPO trainer and in the verl plug-in. Parts:
 
 * correctness: EM, F1 or GenAcc (``routerag.metrics``);
+* retrieval outcome: a gold answer (any alias) appears in a document the rollout retrieved, at any search, or the
+  recall of the gold supporting passages by title; combined with correctness by ``max`` or a weighted sum. It is a
+  dense signal of *routing* where a small model cannot yet read the answer out (in the spirit of s3's Gain Beyond
+  RAG, which credits the searcher for what its documents let a reader answer);
 * format: ±w for answering in the required tags without invalid turns or forcing;
 * RouteRAG stage 2 efficiency (batch level): R = EM if EM = 0, else EM + (s̄ − sᵢ), with sᵢ = min(0.5·tᵢ/T, 0.5),
-  tᵢ the rollout's total retrieval time and T the batch's 95th percentile of it;
+  tᵢ the rollout's retrieval cost and T the batch's 95th percentile of it. The cost is the measured time
+  (RouteRAG), or each search's per-mode median from a table measured in isolation (``time_cost="table"``), which
+  keeps the ~15 ms between modes from drowning in timing noise on shared cores;
 * "Learning When to Search" retrieval-count reward (β = 0.3, RC = number of retrievals): stage 1 rewards trying
   when wrong (−1 + β·RC, kept negative), stage 2 charges retrievals when right (1 − β·RC);
 * duplicate-query penalty: mean pairwise cosine of the rollout's queries;
 * s3's Gain Beyond RAG: GenAcc(policy) − GenAcc(naive top-3 RAG on the same question, cached);
 * a FrugalRAG-style stop reward: stop as soon as the evidence is complete.
 
-The presets ``routerag-stage1`` (EM) and ``routerag-stage2`` (EM + time efficiency) reproduce RouteRAG.
+The presets ``routerag-stage1`` (EM) and ``routerag-stage2`` (EM + time efficiency) reproduce RouteRAG;
+``outcome-stage1`` (EM + 0.5 × the answer found in the documents: a right reader scores 1.5, found evidence alone
+0.5) and ``outcome-stage2`` (the same + time efficiency over the cost table) are the CPU recipe's.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from routerag.metrics import exact_match, f1, gen_acc
+from routerag.metrics import answer_in_documents, exact_match, f1, gen_acc
 
 
 @dataclass(slots=True)
@@ -41,13 +49,19 @@ class Rollout:
     queries: list[str] = field(default_factory=list)
     step_titles: list[list[str]] = field(default_factory=list)
     """Titles retrieved by each search, in order."""
+    modes: list[str] = field(default_factory=list)
+    """The retrieval mode of each search, in order (what a cost table prices)."""
+    documents: list[str] = field(default_factory=list)
+    """Every distinct document retrieved, as "title text", in retrieval order (what the retrieval outcome reads)."""
 
     @classmethod
     def from_trajectory(cls, traj: Any) -> Rollout:
         searches = [s for s in traj.steps if s.action == "search"]
+        docs = {f"{d.title} {d.text}": None for res in traj.retrieved for d in res.docs}
         return cls(answer=traj.answer, searches=len(searches), retrieval_ms=traj.retrieval_ms,
                    format_ok=traj.format_ok, queries=[s.query for s in searches if s.query],
-                   step_titles=[list(s.doc_titles) for s in searches])
+                   step_titles=[list(s.doc_titles) for s in searches], modes=[str(s.mode) for s in searches],
+                   documents=list(docs))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,6 +82,23 @@ CORRECTNESS: dict[str, Callable[[str | None, Sequence[str]], float]] = {"em": ex
 def format_reward(rollout: Rollout, weight: float = 1.0) -> float:
     """+weight for a well-formed rollout (answered in tags on its own), −weight otherwise."""
     return weight if rollout.format_ok else -weight
+
+
+def support_recall(rollout: Rollout, gold_titles: Sequence[str]) -> float:
+    """Share of the gold supporting titles among every title the rollout retrieved (0 without gold titles)."""
+    gold = {" ".join(t.split()).lower() for t in gold_titles}
+    if not gold:
+        return 0.0
+    seen = {" ".join(t.split()).lower() for titles in rollout.step_titles for t in titles}
+    return len(gold & seen) / len(gold)
+
+
+def table_cost(rollout: Rollout, table: dict[str, float]) -> float:
+    """The rollout's retrieval cost priced by a per-mode table (ms per search): Σ table[mode] over its searches."""
+    missing = sorted(set(rollout.modes) - set(table))
+    if missing:
+        raise ValueError(f"the retrieval cost table has no entry for mode(s) {', '.join(missing)}")
+    return float(sum(table[m] for m in rollout.modes))
 
 
 def routerag_time_efficiency(correct: Sequence[float], retrieval_ms: Sequence[float], *,
@@ -151,6 +182,13 @@ class RewardConfig(BaseModel):
 
     stage: Literal[1, 2] = 1
     correctness: Literal["em", "f1", "genacc"] = "em"
+    retrieval: Literal["none", "answer", "support"] = "none"
+    """Retrieval outcome: ``answer`` (a gold alias appears in a retrieved document) or ``support`` (recall of the
+    gold supporting titles); ``none`` leaves correctness alone."""
+    retrieval_combine: Literal["max", "sum"] = "max"
+    """How the retrieval outcome joins correctness: ``max`` (a right answer or found evidence both score 1, so a
+    reader's failure does not punish a good search) or ``sum`` (correctness + ``retrieval_weight`` × outcome)."""
+    retrieval_weight: float = Field(0.5, ge=0)
     efficiency: Literal["none", "routerag_time", "retrieval_count"] = "none"
     """``routerag_time``: RouteRAG's batch-centred time reward (replaces plain correctness); ``retrieval_count``:
     the staged retrieval-count reward (replaces it too)."""
@@ -160,6 +198,9 @@ class RewardConfig(BaseModel):
     gain_beyond_rag_weight: float = Field(0.0, ge=0)
     stop_weight: float = Field(0.0, ge=0)
     time_percentile: float = Field(95.0, gt=0, le=100)
+    time_cost: Literal["measured", "table"] = "measured"
+    """What the time-efficiency term charges: the measured retrieval time (RouteRAG) or each search's per-mode
+    median from a cost table measured in isolation (pass ``cost_table`` to :func:`batch_rewards`)."""
 
     @classmethod
     def preset(cls, name: str) -> RewardConfig:
@@ -168,6 +209,10 @@ class RewardConfig(BaseModel):
             "routerag-stage2": cls(stage=2, correctness="em", efficiency="routerag_time"),
             "count-stage1": cls(stage=1, correctness="em", efficiency="retrieval_count"),
             "count-stage2": cls(stage=2, correctness="em", efficiency="retrieval_count"),
+            "outcome-stage1": cls(stage=1, correctness="em", retrieval="answer", retrieval_combine="sum",
+                                  efficiency="none"),
+            "outcome-stage2": cls(stage=2, correctness="em", retrieval="answer", retrieval_combine="sum",
+                                  efficiency="routerag_time", time_cost="table"),
         }
         if name not in presets:
             raise ValueError(f"unknown reward preset {name!r}; choose {', '.join(presets)}")
@@ -190,13 +235,34 @@ def batch_rewards(
     budget: int = 4,
     embed: Callable[[list[str]], np.ndarray] | None = None,
     gain_beyond_rag: GainBeyondRAG | None = None,
+    cost_table: dict[str, float] | None = None,
 ) -> list[RewardBreakdown]:
-    """Score a batch (batch-level parts, like RouteRAG's time reward, need the whole batch)."""
+    """Score a batch (batch-level parts, like RouteRAG's time reward, need the whole batch). ``cost_table``: ms per
+    search of each mode, for ``time_cost="table"``."""
     score = CORRECTNESS[cfg.correctness]
-    correct = [score(r.answer, g) for r, g in zip(rollouts, golds, strict=True)]
+    answer_score = [score(r.answer, g) for r, g in zip(rollouts, golds, strict=True)]
     em = [exact_match(r.answer, g) for r, g in zip(rollouts, golds)]
+    found: list[float] = []
+    if cfg.retrieval == "answer":
+        found = [answer_in_documents(r.documents, g) for r, g in zip(rollouts, golds)]
+    elif cfg.retrieval == "support":
+        if gold_titles is None:
+            raise ValueError("the support-recall outcome needs the gold supporting titles")
+        found = [support_recall(r, t) for r, t in zip(rollouts, gold_titles, strict=True)]
+    if not found:
+        correct = answer_score
+    elif cfg.retrieval_combine == "max":
+        correct = [max(a, f) for a, f in zip(answer_score, found)]
+    else:
+        correct = [a + cfg.retrieval_weight * f for a, f in zip(answer_score, found)]
+    if cfg.time_cost == "table":
+        if cost_table is None:
+            raise ValueError("time_cost='table' needs a cost_table (ms per search of each mode)")
+        cost = [table_cost(r, cost_table) for r in rollouts]
+    else:
+        cost = [r.retrieval_ms for r in rollouts]
     if cfg.efficiency == "routerag_time":
-        base = routerag_time_efficiency(correct, [r.retrieval_ms for r in rollouts], percentile=cfg.time_percentile)
+        base = routerag_time_efficiency(correct, cost, percentile=cfg.time_percentile)
     elif cfg.efficiency == "retrieval_count":
         base = [retrieval_count_reward(c > 0, r.searches, cfg.stage, beta=cfg.beta) for c, r in zip(correct, rollouts)]
     else:
@@ -204,7 +270,10 @@ def batch_rewards(
     out = []
     for i, r in enumerate(rollouts):
         parts = {"correctness": correct[i], "em": em[i], "base": base[i], "searches": float(r.searches),
-                 "retrieval_ms": r.retrieval_ms}
+                 "retrieval_ms": r.retrieval_ms, "cost_ms": cost[i]}
+        if found:
+            parts["answer"] = answer_score[i]
+            parts["retrieval_outcome"] = found[i]
         total = base[i]
         if cfg.format_weight:
             parts["format"] = format_reward(r, cfg.format_weight)

@@ -1,10 +1,16 @@
-"""Supervised warm start: teach a small model the search format before reinforcement learning (FrugalRAG's recipe).
+"""Supervised warm start: teach a small model the search format, and which retrieval works for which question,
+before reinforcement learning (FrugalRAG's recipe, with routing labels).
 
-Each training example is a trajectory the policy *could* have produced, built from a question's gold supporting
-passages: one search returning both gold passages, or two searches returning one each (the subject's page, then the
-answer's), with the retrieval mode varied across ``[passage]``, ``[graph]`` and both so that no mode is taught as
-the default, then the gold answer. The information blocks are formatted by the policy loop itself, and only the
-tokens the policy would write are trained on.
+Each training example is a trajectory the policy *could* have produced. Two plans:
+
+* :func:`gold_plan` (format only): the question's gold supporting passages as if retrieved, in one search or two,
+  each in a random mode;
+* :func:`retrieval_plan` (routing): what the retriever really returns for the question, in the mode whose documents
+  let the reader answer it (routing labels from ``routerag eval`` records of the naive one-search strategies, see
+  :func:`training.data.routing_labels`), and a second search in another mode when the first misses the answer.
+
+The last turn quotes the sentence that holds the answer and copies the answer from it. The information blocks are
+formatted by the policy loop itself, and only the tokens the policy would write are trained on.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +30,33 @@ import torch
 from routerag.datasets import QAItem
 from routerag.policy import LoopConfig, PolicyLoop
 from routerag.policy.prompt import DEFAULT_INSTRUCTION, user_message
-from routerag.retrieval import RetrievalResult, RetrievedDoc
+from routerag.retrieval import Mode, RetrievalResult, RetrievedDoc
 
 from .grpo import first_loss_position
 from .sequences import TokenSequence, micro_batches
 
 log = logging.getLogger(__name__)
 
-MODE_TAGS = ("[passage]", "[graph]", "[graph][passage]")
+MODE_TAGS: dict[str, str] = {"passage": "[passage]", "graph": "[graph]", "hybrid": "[graph][passage]"}
+"""How the policy writes each retrieval mode (the parser reads both tags as hybrid)."""
 
 # Thoughts vary and carry content (the question, the page found, the answer read from it): with one fixed sentence
 # per turn, a 135M model learned to repeat the sentences (even as its answer) instead of reading the documents.
 FIRST_THOUGHTS = ("I need to look this up.", "I do not know this; I will search for it.",
                   "Question: {question} I should search.", "Let me search for {query}.")
 NEXT_THOUGHTS = ("I found {title}; I need one more search.", "The page {title} helps, but I need one more search.",
-                 "Now I search for {query}.")
-ANSWER_THOUGHTS = ("The documents say {answer}.", "According to {title}, the answer is {answer}.",
-                   "The answer is {answer}.", "I found it: {answer}.")
+                 "Now I search for {query}.", "The documents do not say it; I will search another way.")
+QUOTE_THOUGHTS = ('{title} says: "{sentence}"', 'The documents say: "{sentence}"', 'From {title}: "{sentence}"')
+GUESS_THOUGHTS = ("The documents do not say it directly.", "I did not find it stated; my best guess follows.")
+
+
+@dataclass(slots=True)
+class PlannedSearch:
+    """One search of a warm-start trajectory: the mode the policy names, its query, and what comes back."""
+
+    mode: Mode
+    query: str
+    docs: list[RetrievedDoc]
 
 
 class _NoGeneration:
@@ -66,29 +84,78 @@ def gold_documents(item: QAItem, texts_by_title: dict[str, str]) -> list[Retriev
     return docs
 
 
-def build_example(item: QAItem, docs: Sequence[RetrievedDoc], tokenizer: Any, rng: random.Random, *,
-                  template: str = DEFAULT_INSTRUCTION, max_information_tokens: int = 500) -> TokenSequence | None:
-    """One warm-start trajectory as tokens with its loss mask, or None without gold documents or answers."""
-    if not docs or not item.answers:
+def gold_plan(item: QAItem, docs: Sequence[RetrievedDoc], rng: random.Random) -> list[PlannedSearch]:
+    """The format-only warm start (FrugalRAG): the gold passages as if retrieved, in one search or two (the
+    subject's page, then the rest), each in a random mode, so no mode is taught as the default."""
+    modes = list(MODE_TAGS)
+    if len(docs) >= 2 and rng.random() < 0.5:
+        return [PlannedSearch(rng.choice(modes), docs[0].title, [docs[0]]),  # type: ignore[arg-type]
+                PlannedSearch(rng.choice(modes), item.question, list(docs[1:]))]  # type: ignore[arg-type]
+    return [PlannedSearch(rng.choice(modes), item.question, list(docs))]  # type: ignore[arg-type]
+
+
+def retrieval_plan(item: QAItem, results: dict[str, RetrievalResult], rng: random.Random,
+                   label: str | None = None) -> list[PlannedSearch]:
+    """The routing warm start: what the retriever really returns for the question. The first search uses
+    ``label`` (the mode whose documents let the reader answer this question, from :func:`training.data.
+    routing_labels`; None: a random mode); when its documents do not contain the answer and another mode's do, a
+    second search in that mode follows. So the policy sees the documents it will see when served, learns which mode
+    works for which kind of question, and when to search again."""
+    first = label if label in results else rng.choice(sorted(results))
+    plan = [PlannedSearch(first, item.question, list(results[first].docs))]  # type: ignore[arg-type]
+    if answer_span(results[first].docs, item.answers) is None:
+        others = [m for m in sorted(results) if m != first and answer_span(results[m].docs, item.answers)]
+        if others:
+            second = rng.choice(others)
+            plan.append(PlannedSearch(second, item.question, list(results[second].docs)))  # type: ignore[arg-type]
+    return plan
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+def answer_span(docs: Sequence[RetrievedDoc], golds: Sequence[str]) -> tuple[RetrievedDoc, str, str] | None:
+    """(document, sentence, answer as written there) for the first sentence of ``docs`` that names a gold alias
+    as whole words, or None: what the last thought quotes and the answer copies, verbatim."""
+    aliases = sorted({g.strip() for g in golds if g.strip()}, key=len, reverse=True)
+    for d in docs:
+        for sentence in _SENTENCE.split(d.text):
+            for alias in aliases:
+                m = re.search(rf"(?<!\w){re.escape(alias)}(?!\w)", sentence, re.IGNORECASE)
+                if m:
+                    return d, " ".join(sentence.split()), m.group(0)
+    return None
+
+
+def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, rng: random.Random, *,
+                  template: str = DEFAULT_INSTRUCTION, max_information_tokens: int = 500,
+                  k: int = 3) -> TokenSequence | None:
+    """One warm-start trajectory as tokens with its loss mask (only the policy's own turns are trained), or None
+    without searches or gold answers. The last turn keeps reading: its thought quotes the sentence that holds the
+    answer and the answer is copied from it verbatim (a short span, not a sentence)."""
+    if not plan or not item.answers:
         return None
-    loop = PolicyLoop(_NoGeneration(tokenizer), None, LoopConfig(max_information_tokens=max_information_tokens))  # type: ignore[arg-type]
+    loop = PolicyLoop(_NoGeneration(tokenizer), None,  # type: ignore[arg-type]
+                      LoopConfig(max_information_tokens=max_information_tokens, k=k))
     messages = [{"role": "user", "content": user_message(template, item.question)}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     parts: list[tuple[str, int]] = [(prompt, 0)]
-    if len(docs) >= 2 and rng.random() < 0.5:
-        plan = [(docs[0].title, [docs[0]]), (item.question, list(docs[1:]))]
-    else:
-        plan = [(item.question, list(docs))]
-    for n, (query, found) in enumerate(plan):
-        tag = rng.choice(MODE_TAGS)
+    for n, step in enumerate(plan):
         if n == 0:
-            think = rng.choice(FIRST_THOUGHTS).format(question=item.question, query=query)
+            think = rng.choice(FIRST_THOUGHTS).format(question=item.question, query=step.query)
         else:
-            think = rng.choice(NEXT_THOUGHTS).format(title=plan[0][1][0].title, query=query)
-        parts.append((f"<think>{think}</think>\n<search>{tag} {query}</search>", 1))
-        parts.append((loop.information_block(RetrievalResult(query, "passage", found)), 0))
-    answer = item.answers[0]
-    think = rng.choice(ANSWER_THOUGHTS).format(answer=answer, title=docs[0].title)
+            first_title = plan[0].docs[0].title if plan[0].docs else "nothing"
+            think = rng.choice(NEXT_THOUGHTS).format(title=first_title, query=step.query)
+        parts.append((f"<think>{think}</think>\n<search>{MODE_TAGS[step.mode]} {step.query}</search>", 1))
+        parts.append((loop.information_block(RetrievalResult(step.query, step.mode, step.docs)), 0))
+    seen = [d for step in plan for d in step.docs]
+    found = answer_span([RetrievedDoc(d.id, d.title, loop.counter.truncate(d.text, max_information_tokens // k),
+                                      d.score) for d in seen], item.answers)
+    if found is not None:
+        doc, sentence, answer = found
+        think = rng.choice(QUOTE_THOUGHTS).format(title=doc.title, sentence=sentence)
+    else:
+        answer, think = item.answers[0], rng.choice(GUESS_THOUGHTS)
     parts.append((f"<think>{think}</think>\n<answer> {answer} </answer>", 1))
     ids: list[int] = []
     mask: list[int] = []

@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from ..config import Settings, load_settings
-from .common import (AdapterOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt, policy_overrides,
-                     console, handle_errors, setup_logging)
+from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
+                     policy_overrides, console, handle_errors, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -25,11 +25,14 @@ def ask_cmd(
     index: Annotated[Path, typer.Argument(help="Index directory.")],
     question: Annotated[str, typer.Argument(help="The question.")],
     mode: Annotated[str, typer.Option(help="learned (the policy routes), or force passage, graph or hybrid.")] = "learned",
-    budget: Annotated[Optional[int], typer.Option(help="Searches before an answer is forced (4).")] = None,
-    k: Annotated[Optional[int], typer.Option("-k", help="Documents per search (3).")] = None,
+    budget: Annotated[Optional[int], typer.Option(
+        help="Searches before an answer is forced (default: the policy's card, else 4).")] = None,
+    k: Annotated[Optional[int], typer.Option("-k", help="Documents per search (default: the policy's card, else "
+                                                        "3).")] = None,
     policy: PolicyOpt = None,
     backend: BackendOpt = None,
     base_url: BaseUrlOpt = None,
+    api: ApiOpt = None,
     adapter: AdapterOpt = None,
     temperature: TemperatureOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the answer and the full trace as JSON.")] = False,
@@ -43,7 +46,7 @@ def ask_cmd(
 
     configure_threads()
     settings = load_settings(Settings, config, policy=policy_overrides(policy, backend, base_url, adapter,
-                                                                       temperature))
+                                                                       temperature, api))
     engine = Engine(index, settings)
     traj = asyncio.run(engine.ask(question, mode=mode, budget=budget, k=k))  # type: ignore[arg-type]
     if json_out:

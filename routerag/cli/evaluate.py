@@ -13,8 +13,8 @@ from rich import box
 from rich.table import Table
 
 from ..config import Settings, load_settings
-from .common import (AdapterOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt, policy_overrides,
-                     console, handle_errors, setup_logging)
+from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
+                     policy_overrides, console, handle_errors, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -28,17 +28,21 @@ def eval_cmd(
         "--questions", "-q", help="Question file (PopQA/HotpotQA/2Wiki/MuSiQue JSON or JSONL); repeat the option for "
                                   "several, evaluated one after another into REPORT_DIR/<file stem>/.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Report directory (re-running resumes).")],
-    modes: Annotated[str, typer.Option(help="Comma-separated strategies: learned, passage, graph, hybrid, naive-rag, "
-                                            "no-retrieval.")] = "learned",
+    modes: Annotated[str, typer.Option(help="Comma-separated strategies: learned, passage, graph, hybrid (the policy, "
+                                            "its searches forced into one mode), naive-rag, naive-passage, "
+                                            "naive-graph, naive-hybrid (one search of the question, then the "
+                                            "policy's reader), no-retrieval.")] = "learned",
     limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions of each file.")] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Questions in flight at once (their generations and "
                                                          "searches are batched).")] = 16,
-    budget: Annotated[Optional[int], typer.Option(min=0, help="Searches before an answer is forced (4).")] = None,
+    budget: Annotated[Optional[int], typer.Option(
+        min=0, help="Searches before an answer is forced (default: the policy's card, else 4).")] = None,
     k: Annotated[Optional[int], typer.Option("-k", min=1, help="Documents per search, and naive-rag's documents "
-                                                               "(3).")] = None,
+                                                               "(default: the policy's card, else 3).")] = None,
     policy: PolicyOpt = None,
     backend: BackendOpt = None,
     base_url: BaseUrlOpt = None,
+    api: ApiOpt = None,
     adapter: AdapterOpt = None,
     temperature: TemperatureOpt = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Discard earlier results of these modes instead of "
@@ -68,7 +72,7 @@ def eval_cmd(
 
     configure_threads()
     settings = load_settings(Settings, config, policy=policy_overrides(policy, backend, base_url, adapter,
-                                                                       temperature))
+                                                                       temperature, api))
     engine = Engine(index, settings)
     options = EvalOptions(strategies=list(strategies), budget=budget, k=k, concurrency=concurrency, limit=limit,
                           progress=progress, fresh=fresh, max_errors=max_errors)

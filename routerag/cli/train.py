@@ -116,7 +116,10 @@ def train_cmd(
 def _train_verl(settings: Settings, out: Path, index: Path | None, dry_run: bool) -> None:
     from training.verl_plugin.launch import prepare_launch
 
-    plan = prepare_launch(settings.train, out, index_dir=str(index) if index else None)
+    from ..policy.card import training_policy
+
+    plan = prepare_launch(settings.train, out, index_dir=str(index) if index else None, retrieval=settings.retrieval,
+                          loop=training_policy(settings).loop)
     if dry_run:
         console.print("[bold]command[/]")
         print(plan["shell"])
@@ -137,48 +140,78 @@ def _train_verl(settings: Settings, out: Path, index: Path | None, dry_run: bool
 
 @handle_errors
 def sft_cmd(
-    index: Annotated[Path, typer.Option(help="Index (to find the text of gold passages given by title).")],
-    questions: Annotated[list[Path], typer.Option(help="Questions with gold answers and supporting passages.")],
+    index: Annotated[Path, typer.Option(help="Index: retrieval for the routing plan; gold passages' text by title.")],
+    questions: Annotated[list[Path], typer.Option(help="Questions with gold answers (and supporting passages).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Where the adapter goes.")] = Path("runs/sft"),
     model: Annotated[Optional[str], typer.Option(help="smollm2, a folder or hub name, or tiny-random.")] = None,
     epochs: Annotated[int, typer.Option(help="Passes over the examples.")] = 1,
     lr: Annotated[float, typer.Option(help="Learning rate (LoRA).")] = 2e-4,
     limit: Annotated[Optional[int], typer.Option(help="Use only the first N questions.")] = None,
+    plan: Annotated[str, typer.Option(help="gold: the gold passages as if retrieved, random modes (format only); "
+                                           "retrieval: what the retriever returns for the question, in the labelled "
+                                           "mode (--routes-from) or a random one.")] = "gold",
+    routes_from: Annotated[Optional[Path], typer.Option(
+        help="A `routerag eval --modes naive-passage,naive-graph,naive-hybrid` folder of these questions: each "
+             "question's first search uses the mode whose documents served the reader best (implies --plan "
+             "retrieval).")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Warm start (FrugalRAG): teach the search format from trajectories built on gold supporting passages."""
+    """Warm start (FrugalRAG): teach the search format, and with routing labels which mode suits which question,
+    from trajectories built on gold passages or on real retrieval. Writes OUT/adapter with its policy card."""
     setup_logging(True)
     import random
 
-    from graph_index.store import IndexData
-    from training.data import load_training_items
+    from training.data import load_training_items, routing_labels
     from training.models import load_policy
-    from training.sft import build_example, gold_documents, train_sft
+    from training.sft import build_example, gold_documents, gold_plan, retrieval_plan, train_sft
 
-    from ..policy.prompt import load_template
+    from ..policy.card import card_for, training_policy, write_card
     from ..runtime import configure_threads
 
+    if plan not in ("gold", "retrieval"):
+        raise ValueError("--plan must be gold or retrieval")
+    plan = "retrieval" if routes_from is not None else plan
     configure_threads()
     settings = load_settings(Settings, config, train={"model": model})
-    model_, tok = load_policy(settings.train)
-    data = IndexData(index)
-    texts = {}
-    for p in data.passages:
-        texts.setdefault(p.title, p.text)
-    rng = random.Random(settings.train.seed)
+    policy = training_policy(settings)  # the loop (and prompt) the policy will run with, recorded in its card
+    labels = routing_labels(routes_from) if routes_from is not None else {}
     items = [it for q in questions for it in load_training_items(q, limit=limit)]
-    template = load_template(settings.policy.template_file)  # the prompt the policy will be served with
-    examples = [ex for it in items if (ex := build_example(it, gold_documents(it, texts), tok, rng, template=template,
-                                                           max_information_tokens=settings.policy.max_information_tokens))]
+    rng = random.Random(settings.train.seed)
+    k, info = policy.loop["k"], policy.loop["max_information_tokens"]
+    if plan == "gold":
+        from graph_index.store import IndexData
+
+        texts: dict[str, str] = {}
+        for p in IndexData(index).passages:
+            texts.setdefault(p.title, p.text)
+        plans = [gold_plan(it, gold_documents(it, texts), rng) if gold_documents(it, texts) else [] for it in items]
+    else:
+        from ..retrieval import MODES, Retriever
+
+        retriever = Retriever(index, settings.retrieval)
+        results = {m: retriever.search([it.question for it in items], mode=m, k=k) for m in MODES}
+        plans = [retrieval_plan(it, {m: results[m][i] for m in MODES}, rng, labels.get(it.id))
+                 for i, it in enumerate(items)]
+    model_, tok = load_policy(settings.train)
+    examples = [ex for it, pl in zip(items, plans)
+                if (ex := build_example(it, pl, tok, rng, template=policy.template, max_information_tokens=info, k=k))]
     if not examples:
-        raise ValueError("no usable examples: the questions need answers and supporting passages found in the index")
-    console.print(f"{len(examples)} warm-start examples from {len(items)} questions")
+        raise ValueError("no usable examples: the questions need answers (and, for --plan gold, supporting passages "
+                         "found in the index)")
+    first = [pl[0].mode for pl in plans if pl]
+    console.print(f"{len(examples)} warm-start examples from {len(items)} questions ({plan} plan; first searches: "
+                  + ", ".join(f"{m} {first.count(m)}" for m in ("passage", "graph", "hybrid"))
+                  + (f"; {len(labels)} routing labels" if labels else "") + ")")
     hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr)
+    folder = out / "adapter"
+    write_card(folder, card_for(policy, {"by": "routerag train-sft", "model": settings.train.model, "plan": plan,
+                                         "routes_from": str(routes_from) if routes_from else None,
+                                         "examples": len(examples), "epochs": epochs, "lr": lr}))
     from training.plots import plot_sft
 
     plot_sft(out / "sft_metrics.jsonl", out / "sft_loss.png")
-    console.print(f"[bold green]saved[/] {out / 'adapter'}  (final loss {hist[-1]['loss']:.4f}; curve: "
+    console.print(f"[bold green]saved[/] {folder}  (final loss {hist[-1]['loss']:.4f}; curve: "
                   f"{out / 'sft_loss.png'})")
 
 

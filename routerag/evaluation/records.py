@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from ..corpus import content_hash
 from ..datasets import DatasetError, QAItem
-from ..metrics import exact_match, f1, gen_acc
+from ..metrics import answer_in_documents, exact_match, f1, gen_acc
 from ..retrieval import MODES, RetrievedDoc
 from .strategies import Outcome
 
@@ -36,6 +36,8 @@ DEFINITIONS = {
     "em": "exact match after SQuAD normalisation (lower case, no punctuation or articles), best gold alias",
     "f1": "token F1 after SQuAD normalisation, best gold alias",
     "gen_acc": "s3 GenAcc: 1 when a normalised gold alias is a whole-token span of the normalised prediction",
+    "answer_recall": "1 when a normalised gold answer alias is a whole-token span of a retrieved document (the "
+                     "answer was put in front of the reader); undefined for no-retrieval",
     "recall@k": "share of gold supporting passages among the first k distinct documents retrieved over all the "
                 "run's searches, in retrieval order; recall_all: among every distinct document retrieved; "
                 "undefined without gold passages and for no-retrieval",
@@ -74,11 +76,14 @@ def score(item: QAItem, strategy: str, outcome: Outcome, wall_ms: float, *, erro
         "id": item.id,
         "strategy": strategy,
         "question": item.question,
+        "type": question_type(item),
         "answers": item.answers,
         "prediction": outcome.prediction,
         "em": exact_match(outcome.prediction, item.answers),
         "f1": f1(outcome.prediction, item.answers),
         "gen_acc": gen_acc(outcome.prediction, item.answers),
+        "answer_recall": (answer_in_documents([f"{d.title} {d.text}" for d, _ in docs], item.answers)
+                          if outcome.retrieves else None),
         **recall,
         "gold_passages": len(item.supporting),
         "retrieved": len(docs),
@@ -100,6 +105,13 @@ def score(item: QAItem, strategy: str, outcome: Outcome, wall_ms: float, *, erro
     return rec
 
 
+def question_type(item: QAItem) -> str | None:
+    """The question's kind where the data set says it (PopQA's relation, HotpotQA's bridge/comparison), for the
+    per-type breakdown of routing."""
+    kind = item.meta.get("prop") or item.meta.get("type")
+    return str(kind) if kind else None
+
+
 def _mean(values: Sequence[float | int | None]) -> float | None:
     vals = [float(v) for v in values if v is not None]
     return sum(vals) / len(vals) if vals else None
@@ -112,8 +124,9 @@ def tradeoff(em: float, f1_: float, gen_acc_: float, searches: float) -> float:
     return 100.0 * (em + f1_ + gen_acc_) / (3.0 * searches)
 
 
-def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One row of the report: the means of a strategy's records (see the module docstring for definitions)."""
+def summarize(records: Sequence[dict[str, Any]], *, _by_type: bool = False) -> dict[str, Any]:
+    """One row of the report: the means of a strategy's records (see the module docstring for definitions), and,
+    when the questions are of several types, the same per type (``by_type``: how routing differs by question)."""
     n = len(records)
     col = lambda key: [r.get(key) for r in records]  # noqa: E731
     mean = lambda key: _mean(col(key)) if n else None  # noqa: E731
@@ -125,6 +138,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "questions": n,
         "em": em, "f1": f, "gen_acc": ga,
         **{k: mean(k) for k in RECALL_KEYS},
+        "answer_recall": mean("answer_recall"),
         "searches": s,
         "retrieval_ms": mean("retrieval_ms") or 0.0,
         "retrieval_ms_per_search": total_ms / total_searches if total_searches else None,
@@ -139,6 +153,9 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "finish": dict(Counter(r.get("finish", "?") for r in records)),
         "errors": sum(1 for r in records if r.get("finish") == "error"),
     }
+    types = sorted({r["type"] for r in records if r.get("type")})
+    if len(types) > 1 and not _by_type:
+        out["by_type"] = {t: summarize([r for r in records if r.get("type") == t], _by_type=True) for t in types}
     return out
 
 

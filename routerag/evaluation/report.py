@@ -64,7 +64,8 @@ def _num(x: float | None, digits: int = 1) -> str:
     return "—" if x is None else f"{x:.{digits}f}"
 
 
-RESULT_COLUMNS = ("strategy", "n", "EM", "F1", "GenAcc", *(f"R@{k}" for k in RECALL_KS), "R@all", "searches",
+RESULT_COLUMNS = ("strategy", "n", "EM", "F1", "GenAcc", "answer recall", *(f"R@{k}" for k in RECALL_KS), "R@all",
+                  "searches",
                   "%Tradeoff", "retrieval ms/q", "ms/search", "generation ms/q", "tokens in/q", "tokens out/q",
                   "format ok", "errors")
 
@@ -74,7 +75,7 @@ def results_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
     rows = ["| " + " | ".join(RESULT_COLUMNS) + " |", "|" + "|".join("---" for _ in RESULT_COLUMNS) + "|"]
     for name, s in summaries.items():
         cells = [name, str(s["questions"]), _pct(s["em"]), _pct(s["f1"]), _pct(s["gen_acc"]),
-                 *(_pct(s[f"recall@{k}"]) for k in RECALL_KS), _pct(s["recall_all"]), _num(s["searches"], 2),
+                 _pct(s.get("answer_recall")), *(_pct(s[f"recall@{k}"]) for k in RECALL_KS), _pct(s["recall_all"]), _num(s["searches"], 2),
                  _num(s["tradeoff"]), _num(s["retrieval_ms"]), _num(s["retrieval_ms_per_search"]),
                  _num(s["generation_ms"], 0), _num(s["prompt_tokens"], 0), _num(s["completion_tokens"], 0),
                  _pct(s["format_ok"]), str(s["errors"])]
@@ -90,6 +91,23 @@ def mode_mix_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
         rows.append("| " + " | ".join([name, str(total), *(_pct(s["mode_mix"][m]) if total else "—"
                                                              for m in MODES)]) + " |")
     return rows
+
+
+def routing_by_type_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
+    """Per question type and strategy: accuracy, searches and mode mix (how the routing differs by question)."""
+    cols = ("type", "strategy", "n", "EM", "GenAcc", "answer recall", "searches", *(f"{m} %" for m in MODES))
+    rows = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    types = sorted({t for s in summaries.values() for t in s.get("by_type", {})})
+    for t in types:
+        for name, s in summaries.items():
+            sub = s.get("by_type", {}).get(t)
+            if sub is None:
+                continue
+            total = sum(sub["mode_counts"].values())
+            rows.append("| " + " | ".join([t, name, str(sub["questions"]), _pct(sub["em"]), _pct(sub["gen_acc"]),
+                                            _pct(sub.get("answer_recall")), _num(sub["searches"], 2),
+                                            *(_pct(sub["mode_mix"][m]) if total else "—" for m in MODES)]) + " |")
+    return rows if types else []
 
 
 def _header(report: dict[str, Any]) -> list[str]:
@@ -116,7 +134,10 @@ def dataset_markdown(report: dict[str, Any]) -> str:
     lines = [f"# Evaluation: {report['dataset']} ({report['questions']} questions)", "",
              f"- questions: `{report['questions_file']}`", *_header(report), "", "## Results", "",
              *results_table(report["summaries"]), "", "## Mode mix (share of searches)", "",
-             *mode_mix_table(report["summaries"]), "", "## This run", "",
+             *mode_mix_table(report["summaries"]), "",
+             *(["## By question type", "", *by_type, ""] if (by_type := routing_by_type_table(report["summaries"]))
+               else []),
+             "## This run", "",
              "| strategy | evaluated | resumed | elapsed s |", "|---|---|---|---|"]
     for name, r in report["this_run"].items():
         lines.append(f"| {name} | {r['evaluated']} | {r['resumed']} | {r['elapsed_s']:.1f} |")

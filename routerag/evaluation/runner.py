@@ -69,9 +69,14 @@ def engine_config(engine: Engine, options: EvalOptions) -> dict[str, Any]:
     """What determines the answers: index, policy and retrieval settings, effective budget and k."""
     settings = engine.settings
     data = getattr(engine.retriever, "data", None)
+    resolved = getattr(engine, "policy", None)
     return {
         "index": str(getattr(data, "path", "")) or None,
         "policy": settings.policy.model_dump(mode="json"),
+        # what the policy's card decided where the settings are unset (a new card means new answers)
+        "loop": ({**resolved.loop, "reader": resolved.reader, "reader_prompt": resolved.reader_prompt,
+                  "short_answer": resolved.short_answer, "template": resolved.template}
+                 if resolved is not None else None),
         "retrieval": settings.retrieval.model_dump(mode="json"),
         "budget": options.budget if options.budget is not None else engine.loop_config.budget,
         "k": options.k if options.k is not None else engine.loop_config.k,
@@ -79,9 +84,10 @@ def engine_config(engine: Engine, options: EvalOptions) -> dict[str, Any]:
 
 
 _RUNTIME_KEYS = {"generator": ("device", "max_batch", "max_wait_ms", "timeout_s", "max_concurrency", "api_key",
-                                "gpu_memory_utilization", "tensor_parallel_size"),
+                                "gpu_memory_utilization", "tensor_parallel_size", "stream"),
                  "retrieval": ("batch_size", "device", "fact_filter_api_key")}
 """Settings that change speed, not answers: a resumed run may change them."""
+_OPENAI_ONLY_KEYS = ("api", "chat_continuation")
 
 
 def _fingerprint(config: dict[str, Any], strategy: str) -> dict[str, Any]:
@@ -91,6 +97,9 @@ def _fingerprint(config: dict[str, Any], strategy: str) -> dict[str, Any]:
     for gen in (policy.get("generator"), policy.get("answer_generator")):
         for key in _RUNTIME_KEYS["generator"] if isinstance(gen, dict) else ():
             gen.pop(key, None)
+        if isinstance(gen, dict) and gen.get("backend") != "openai":
+            for key in _OPENAI_ONLY_KEYS:  # read by the openai backend only: they change no other backend's answers
+                gen.pop(key, None)
     for key in _RUNTIME_KEYS["retrieval"] if isinstance(config.get("retrieval"), dict) else ():
         config["retrieval"].pop(key, None)
     fp = {"strategy": strategy, **config}
@@ -98,6 +107,9 @@ def _fingerprint(config: dict[str, Any], strategy: str) -> dict[str, Any]:
         fp["policy"] = {"generator": config["policy"].get("generator"),
                         "answer_generator": config["policy"].get("answer_generator")}
         fp.pop("budget", None)
+        if isinstance(fp.get("loop"), dict):  # the reader and what it reads matter, not the policy's own loop
+            fp["loop"] = {key: fp["loop"].get(key) for key in ("reader", "reader_prompt", "short_answer", "k",
+                                                               "max_information_tokens")}
     if strategy == "no-retrieval":
         for key in ("index", "retrieval", "k"):
             fp.pop(key, None)
@@ -149,7 +161,7 @@ async def evaluate_strategy(engine: Engine, items: Sequence[QAItem], strategy: S
         old = json.loads(cfg_path.read_text(encoding="utf-8"))
         changed = _diff(old, fp)
         if changed:
-            raise ValueError(f"{results.path} holds results of other settings (differs in {', '.join(changed[:5])}); "
+            raise ValueError(f"{results.path} holds results of other settings (differs in {', '.join(changed[:12])}); "
                              "pass --fresh to start over, or use another --out")
     cfg_path.write_text(json.dumps(fp, indent=2) + "\n", encoding="utf-8")
     existing = results.load()

@@ -4,7 +4,9 @@
 * ``passage`` / ``graph`` / ``hybrid``: the same policy, but every search is forced into that retrieval mode
   (RouteRAG's Table 2 ablations): the loop still decides *whether* and *what* to search.
 * ``naive-rag``: one retrieval of the question itself (the settings' retrieval mode, hybrid by default; k documents,
-  3 by default), then one answer from those documents: the fixed-pipeline baseline every RAG paper reports.
+  3 by default), then one answer from those documents by the same reader as the policy's final answer: the
+  fixed-pipeline baseline every RAG paper reports. ``naive-passage``, ``naive-graph`` and ``naive-hybrid`` fix the
+  mode (one search in each fixed mode).
 * ``no-retrieval``: the model answers from its own knowledge (the floor retrieval must beat).
 
 All strategies go through the engine's backends, so concurrent questions share its generation and retrieval
@@ -14,10 +16,10 @@ batches.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from ..policy.answering import answer_directly, answer_from_documents
+from ..policy.answering import Reader, answer_directly
 from ..policy.tokens import TokenCounter
 from ..policy.types import Generation, GenerationRequest, Generator
 from ..retrieval import Mode, RetrievedDoc
@@ -25,8 +27,13 @@ from ..retrieval import Mode, RetrievedDoc
 if TYPE_CHECKING:
     from ..engine import Engine
 
-Strategy = Literal["learned", "passage", "graph", "hybrid", "naive-rag", "no-retrieval"]
-STRATEGIES: tuple[Strategy, ...] = ("learned", "passage", "graph", "hybrid", "naive-rag", "no-retrieval")
+Strategy = Literal["learned", "passage", "graph", "hybrid", "naive-rag", "naive-passage", "naive-graph",
+                   "naive-hybrid", "no-retrieval"]
+STRATEGIES: tuple[Strategy, ...] = ("learned", "passage", "graph", "hybrid", "naive-rag", "naive-passage",
+                                    "naive-graph", "naive-hybrid", "no-retrieval")
+NAIVE_STRATEGIES: dict[str, Mode | None] = {"naive-rag": None, "naive-passage": "passage", "naive-graph": "graph",
+                                            "naive-hybrid": "hybrid"}
+"""One search of the question itself in a fixed mode (None: the settings' ``retrieval.mode``), then the reader."""
 POLICY_STRATEGIES: tuple[Strategy, ...] = ("learned", "passage", "graph", "hybrid")
 """Strategies that run the policy loop (and so have a format to get right)."""
 
@@ -108,15 +115,18 @@ async def run_strategy(engine: Engine, question: str, strategy: Strategy, *, bud
             docs=[d for res in traj.retrieved for d in res.docs],
             generation_ms=traj.generation_ms, prompt_tokens=traj.prompt_tokens,
             completion_tokens=traj.completion_tokens, format_ok=traj.format_ok)
-    # the model that writes final answers: the answer generator when one is configured (s3), else the policy model
-    gen = MeteredGenerator(engine.loop_config.answer_generator or engine.generator)
-    if strategy == "naive-rag":
-        mode: Mode = engine.settings.retrieval.mode
+    # the same reader as the policy's final answer (model, prompt, short-answer step): the answer generator, the
+    # policy's base model, or the policy model itself
+    reader = engine.loop_config.reader
+    gen = MeteredGenerator(reader.generator or engine.generator)
+    if strategy in NAIVE_STRATEGIES:
+        mode: Mode = NAIVE_STRATEGIES[strategy] or engine.settings.retrieval.mode
         top_k = k if k is not None else engine.loop_config.k
         t0 = time.perf_counter()
         res = await engine.search.search(question, mode, top_k)
         ms = res.ms if res.timings_ms else (time.perf_counter() - t0) * 1000
-        answer = await answer_from_documents(gen, question, res.docs)
+        docs = engine.loop.read_documents([res], replace(engine.loop_config, k=top_k))
+        answer = await Reader(gen, reader.prompt, reader.short_answer).read(question, docs)
         return Outcome(prediction=answer, finish="answer", retrieves=True, searches=[(mode, question)],
                        search_ms=[round(ms, 3)], docs=list(res.docs), generation_ms=round(gen.generation_ms, 3),
                        prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens)

@@ -3,7 +3,8 @@ knowledge graph or both (RouteRAG). :class:`PolicyLoop` runs it; backends genera
 
 from .loop import LoopConfig, PolicyLoop
 from .parsing import Action, parse_turn
-from .types import Generation, GenerationRequest, Generator, SearchBackend, Segment, Step, Trajectory
+from .types import (Generation, GenerationRequest, Generator, SearchBackend, Segment, Step, Trajectory,
+                    UpstreamError)
 
 __all__ = ["Action", "Generation", "GenerationRequest", "Generator", "LoopConfig", "PolicyLoop", "SearchBackend",
-           "Segment", "Step", "Trajectory", "parse_turn"]
+           "Segment", "Step", "Trajectory", "UpstreamError", "parse_turn"]

@@ -16,17 +16,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..retrieval import Mode, QueryError, RetrievalResult
+from ..config import LOOP_DEFAULTS
+from ..retrieval import Mode, QueryError, RetrievalResult, RetrievedDoc
+from .answering import Reader, ReaderPrompt, format_documents
 from .parsing import STOP_STRINGS, close_stop, parse_turn
-from .prompt import DEFAULT_INSTRUCTION, load_template, user_message
+from .prompt import DEFAULT_INSTRUCTION, user_message
 from .tokens import TokenCounter
 from .types import Generation, GenerationRequest, Generator, SearchBackend, Segment, Step, Trajectory
 
 if TYPE_CHECKING:
     from ..config import PolicyConfig
+    from .card import ResolvedPolicy
 
 Event = dict[str, Any]
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
+_ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 EventSink = Callable[[Event], Awaitable[None] | None]
 
 INVALID_NOTICE = ("\nMy previous action is invalid. To search, I should put the query between <search> and "
@@ -38,36 +42,45 @@ _NOTICE_TEXT = "the search budget is used up. i must answer now."
 
 @dataclass(slots=True)
 class LoopConfig:
-    budget: int = 4
-    """Searches allowed before an answer is forced."""
-    k: int = 3
-    """Documents per search."""
-    max_information_tokens: int = 500
-    """Each ``<information>`` block is cut to this many tokens (its closing tag is kept)."""
-    max_turn_tokens: int = 500
-    """Tokens the policy may generate per turn."""
-    max_total_tokens: int = 4096
-    """Tokens of the whole response (generated and appended) before the trajectory is cut off."""
-    max_invalid: int = 2
-    """Invalid turns tolerated before an answer is forced."""
+    """One trajectory's rules. The six loop settings are documented, and their defaults set, once, in
+    :class:`routerag.config.LoopSettings` / :data:`~routerag.config.LOOP_DEFAULTS`."""
+
+    budget: int = LOOP_DEFAULTS["budget"]
+    k: int = LOOP_DEFAULTS["k"]
+    max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"]
+    max_turn_tokens: int = LOOP_DEFAULTS["max_turn_tokens"]
+    max_total_tokens: int = LOOP_DEFAULTS["max_total_tokens"]
+    max_invalid: int = LOOP_DEFAULTS["max_invalid"]
     force_mode: Mode | None = None
     """Use this retrieval mode for every search whatever the policy wrote (RouteRAG's Table 2 ablations)."""
     temperature: float | None = None
     template: str = DEFAULT_INSTRUCTION
     answer_generator: Generator | None = None
-    """An optional frozen generator that writes the final answer from the retrieved documents (s3's design)."""
+    """The reader's model, which writes the final answer from the retrieved documents (s3's design): a frozen model,
+    or the policy's own base model with its adapter off (``reader = "base"``); None: the policy's ``<answer>``."""
+    reader_prompt: ReaderPrompt = "instruct"
+    """How the reader is asked (:class:`~routerag.policy.answering.Reader`)."""
+    short_answer: bool = False
+    """Cut the final answer to the span of the retrieved documents it names (:mod:`.short_answer`)."""
+
+    @property
+    def reader(self) -> Reader:
+        """The final answer's reader (its model is None when the policy's own answer stands)."""
+        return Reader(self.answer_generator, self.reader_prompt, self.short_answer)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_policy(cls, policy: PolicyConfig, **overrides: Any) -> LoopConfig:
-        """The loop the ``[policy]`` settings describe: the server's, and (with the trainer's budget, lengths and
-        temperature as ``overrides``) the trainers', so a policy is trained on the prompt template it is served
-        with."""
-        fields: dict[str, Any] = {
-            "budget": policy.budget, "k": policy.k, "max_information_tokens": policy.max_information_tokens,
-            "max_turn_tokens": policy.max_turn_tokens, "max_total_tokens": policy.max_total_tokens,
-            "max_invalid": policy.max_invalid, "temperature": policy.generator.temperature,
-            "template": load_template(policy.template_file)}
+    def from_policy(cls, policy: PolicyConfig, resolved: ResolvedPolicy | None = None, **overrides: Any) -> LoopConfig:
+        """The loop the ``[policy]`` settings describe, every unset setting taken from the policy's card (see
+        :mod:`routerag.policy.card`; ``resolved``: already looked up): the server's, and, with the trainer's loop
+        settings and temperature as ``overrides``, the trainers', so a policy is trained on the prompt template it
+        is served with."""
+        from .card import resolve_policy
+
+        resolved = resolved or resolve_policy(policy)
+        fields: dict[str, Any] = {**resolved.loop, "temperature": policy.generator.temperature,
+                                  "template": resolved.template, "reader_prompt": resolved.reader_prompt,
+                                  "short_answer": resolved.short_answer}
         return cls(**{**fields, **overrides})
 
 
@@ -91,7 +104,13 @@ class PolicyLoop:
 
             cfg = replace(cfg, **overrides)
         traj = Trajectory(question=question)
-        text, ids = prompt if prompt is not None else self.generator.render_prompt(user_message(cfg.template, question))
+        message: str | None = None  # what a chat API sends as the user's message (None: the caller's own prompt)
+        if prompt is None:
+            message = user_message(cfg.template, question)
+            text, ids = self.generator.render_prompt(message)
+        else:
+            text, ids = prompt
+        prompt_chars = len(text)  # ctx_text[prompt_chars:] is the response so far (a chat API's assistant message)
         track = self.generator.tracks_tokens and ids is not None
         ctx_text, ctx_ids = text, (list(ids) if track and ids is not None else None)
         traj.segments.append(Segment("prompt", text, list(ids) if ids is not None else None))
@@ -114,7 +133,8 @@ class PolicyLoop:
             t0 = time.perf_counter()
             gen = await self.generator.generate(GenerationRequest(
                 prompt_text=ctx_text, prompt_ids=ctx_ids, max_tokens=min(cfg.max_turn_tokens, remaining),
-                stop=("</answer>",) if forced else STOP_STRINGS, temperature=cfg.temperature))
+                stop=("</answer>",) if forced else STOP_STRINGS, temperature=cfg.temperature,
+                user_message=message, response_text=ctx_text[prompt_chars:]))
             gen_ms = (time.perf_counter() - t0) * 1000
             out_text = gen.text
             if gen.token_ids is None and gen.finish_reason == "stop":
@@ -127,7 +147,10 @@ class PolicyLoop:
             step = Step(len(traj.steps), "invalid", generation_ms=round(gen_ms, 3), prompt_tokens=gen.prompt_tokens,
                         completion_tokens=gen.completion_tokens or self.counter.count(out_text))
             if forced:
-                answer = " ".join(_THINK_BLOCK.sub(" ", out_text.split("</answer>")[0]).split())
+                # the <answer> tag was opened in the notice; a model that writes a new turn instead of continuing
+                # (a chat server that cannot continue a message) opens it again: the answer follows the last one
+                body = _THINK_BLOCK.sub(" ", out_text.split("</answer>")[0])
+                answer = " ".join(_ANSWER_OPEN.split(body)[-1].split())
                 step.action, step.thought = "forced_answer", parse_turn(out_text).thought
                 traj.steps.append(step)
                 if answer and answer.lower() not in _NOTICE_TEXT:  # a small model may just echo the notice
@@ -191,12 +214,15 @@ class PolicyLoop:
                                    step.retrieval_ms, "docs": [d.to_json() for d in result.docs]})
             ctx_text, ctx_ids = self._append(traj, "information", info, ctx_text, ctx_ids)
             response_tokens += step.information_tokens
-        if cfg.answer_generator is not None and traj.finish != "no_answer":
+        traj.answer = traj.policy_answer
+        reader = cfg.reader
+        docs = self.read_documents(traj.retrieved, cfg)
+        if reader.generator is not None and traj.finish != "no_answer":
             t0 = time.perf_counter()
-            traj.answer = await self._final_answer(cfg, traj)
+            traj.answer = await reader.read(traj.question, docs)
             traj.answer_generation_ms = round((time.perf_counter() - t0) * 1000, 3)
-        else:
-            traj.answer = traj.policy_answer
+        elif traj.answer:
+            traj.answer = reader.shorten(traj.question, traj.answer, docs)
         await _emit(on_event, {"type": "done", "answer": traj.answer, "searches": traj.searches,
                                "finish": traj.finish})
         return traj
@@ -205,9 +231,24 @@ class PolicyLoop:
 
     def information_block(self, result: RetrievalResult) -> str:
         """``<information>Doc i (Title: …) text …</information>``, cut to ``max_information_tokens``."""
-        lines = [f"Doc {i} (Title: {d.title}) {d.text}" for i, d in enumerate(result.docs, 1)]
-        body = self.counter.truncate("\n".join(lines), self.cfg.max_information_tokens)
+        body = self.counter.truncate(format_documents(result.docs), self.cfg.max_information_tokens)
         return f"\n\n<information>{body}</information>\n\n"
+
+    def read_documents(self, results: list[RetrievalResult], cfg: LoopConfig | None = None) -> list[RetrievedDoc]:
+        """The documents a reader gets: every distinct document the searches returned, in retrieval order, each cut
+        to its share of an information block (``max_information_tokens / k``), so the reader reads about what the
+        policy read, and a 1,000-token page does not make every prompt of a padded batch 1,000 tokens longer."""
+        cfg = cfg or self.cfg
+        share = max(cfg.max_information_tokens // max(cfg.k, 1), 16)
+        seen: set[str] = set()
+        out = []
+        for res in results:
+            for d in res.docs:
+                key = d.id or f"{d.title}\n{d.text}"
+                if key not in seen:
+                    seen.add(key)
+                    out.append(RetrievedDoc(d.id, d.title, self.counter.truncate(d.text, share), d.score))
+        return out
 
     def _append(self, traj: Trajectory, kind: str, text: str, ctx_text: str,
                 ctx_ids: list[int] | None) -> tuple[str, list[int] | None]:
@@ -223,19 +264,6 @@ class PolicyLoop:
             return ctx_text + text, ctx_ids + ids
         traj.segments.append(Segment("policy", text, None, list(gen.logprobs) if gen.logprobs else None))
         return ctx_text + text, None
-
-    async def _final_answer(self, cfg: LoopConfig, traj: Trajectory) -> str:
-        """s3: a frozen generator answers from the question and every document the policy retrieved."""
-        from .answering import answer_from_documents
-
-        docs = []
-        seen = set()
-        for res in traj.retrieved:
-            for d in res.docs:
-                if d.id not in seen:
-                    seen.add(d.id)
-                    docs.append(d)
-        return await answer_from_documents(cfg.answer_generator, traj.question, docs)  # type: ignore[arg-type]
 
 
 async def _emit(sink: EventSink | None, event: Event) -> None:

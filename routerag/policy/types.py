@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ..llm_clients import UpstreamError as UpstreamError  # defined with the client factory; re-exported here
 from ..retrieval import Mode, RetrievalResult
 
 SegmentKind = Literal["prompt", "policy", "information"]
@@ -20,6 +21,18 @@ class GenerationRequest:
     stop: tuple[str, ...]
     temperature: float | None = None
     """None: the backend's configured temperature."""
+    user_message: str | None = None
+    """The user message ``prompt_text`` was rendered from, for chat APIs, which take messages and apply the
+    template themselves; None when the caller brought its own rendered prompt (verl)."""
+    response_text: str = ""
+    """The running response after the rendered prompt (the policy's turns and the appended information): what a
+    chat API gets as the assistant message to continue. ``prompt_text`` is the rendered prompt plus this."""
+    adapter: bool = True
+    """False: generate with the model's LoRA adapter switched off, i.e. its base weights (the in-process transformers
+    backend; the policy's base model as a reader shares the router's weights)."""
+    logprobs: bool = False
+    """Return each generated token's log-probability (costs a vocabulary-wide score per step and sequence: with
+    500-token turns in a batch of 16 that is gigabytes, so only callers that use them ask)."""
 
 
 @dataclass(slots=True)

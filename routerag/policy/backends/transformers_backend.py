@@ -130,7 +130,7 @@ class TransformersGenerator:
         self.tokenizer = tokenizer
         self.name = f"transformers:{self.cfg.model}" + (f"+{self.cfg.adapter}" if self.cfg.adapter else "")
         self.batcher: MicroBatcher[GenerationRequest, Generation] = MicroBatcher(
-            self.generate_batch, max_batch=self.cfg.max_batch, max_wait_ms=self.cfg.max_wait_ms, name="generate",
+            self._generate_each, max_batch=self.cfg.max_batch, max_wait_ms=self.cfg.max_wait_ms, name="generate",
             exclusive=exclusive)
 
     def render_prompt(self, user_message: str) -> tuple[str, list[int]]:
@@ -146,17 +146,71 @@ class TransformersGenerator:
     async def generate(self, request: GenerationRequest) -> Generation:
         return await self.batcher.submit(request)
 
+    def _generate_each(self, requests: list[GenerationRequest]) -> list[Generation | ValueError]:
+        """The batcher's function: requests the model cannot take get their own ValueError, the others are generated
+        together (a batch mixes unrelated trajectories; one bad request must not fail its neighbours)."""
+        out: list[Generation | ValueError | None] = [None] * len(requests)
+        valid: list[int] = []
+        for i, r in enumerate(requests):
+            problem = self.check_request(r)
+            if problem:
+                out[i] = ValueError(problem)
+            else:
+                valid.append(i)
+        if valid:
+            for i, g in zip(valid, self.generate_batch([requests[i] for i in valid])):
+                out[i] = g
+        return out  # type: ignore[return-value]
+
+    def check_request(self, r: GenerationRequest) -> str | None:
+        """Why the model cannot generate for ``r`` (None if it can): an empty prompt, a token id outside the
+        vocabulary (an index error inside the embedding, which would take the whole padded batch down), no room
+        to generate, or a prompt that fills the model's context."""
+        ids = r.prompt_ids if r.prompt_ids is not None else self.tokenizer.encode(r.prompt_text,
+                                                                                  add_special_tokens=False)
+        if not ids:
+            return "empty prompt"
+        if r.max_tokens < 1:
+            return f"max_tokens must be at least 1, not {r.max_tokens}"
+        vocab = self.model.get_input_embeddings().num_embeddings
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            return f"prompt token id {bad} is outside the model's vocabulary of {vocab}"
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        if isinstance(context, int) and len(ids) >= context:
+            return f"the prompt of {len(ids)} tokens fills the model's context of {context}"
+        return None
+
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Generate for a batch of requests (run in the batcher's worker thread)."""
         out: list[Generation | None] = [None] * len(requests)
-        groups: dict[tuple[tuple[str, ...], float], list[int]] = {}
+        groups: dict[tuple[tuple[str, ...], float, bool], list[int]] = {}
         for i, r in enumerate(requests):
             temp = self.cfg.temperature if r.temperature is None else r.temperature
-            groups.setdefault((tuple(r.stop), temp), []).append(i)
-        for (stop, temp), idx in groups.items():
-            for i, g in zip(idx, self._generate_group([requests[i] for i in idx], stop, temp)):
+            groups.setdefault((tuple(r.stop), temp, r.adapter or not self.has_adapter), []).append(i)
+        for (stop, temp, adapter), idx in groups.items():
+            group = [requests[i] for i in idx]
+            if adapter:
+                done = self._generate_group(group, stop, temp)
+            else:  # the base weights: the adapter is off for this group only (batches run one at a time)
+                with self.model.disable_adapter():
+                    done = self._generate_group(group, stop, temp)
+            for i, g in zip(idx, done):
                 out[i] = g
         return out  # type: ignore[return-value]
+
+    @property
+    def has_adapter(self) -> bool:
+        """Whether the model carries a LoRA adapter that requests may switch off (``GenerationRequest.adapter``)."""
+        return hasattr(self.model, "disable_adapter") and hasattr(self.model, "peft_config")
+
+    def base_view(self) -> BaseModelView:
+        """This model with its adapter switched off, as a generator of its own: the router's base model as the
+        reader (s3's decoupled design) without loading the weights twice."""
+        if not self.has_adapter:
+            raise ValueError(f"{self.name} has no adapter to switch off: reader = 'base' needs a policy with a LoRA "
+                             "adapter (smollm2-routerag, or --adapter); use reader = 'policy' otherwise")
+        return BaseModelView(self)
 
     def _generate_group(self, reqs: list[GenerationRequest], stop: tuple[str, ...], temp: float) -> list[Generation]:
         import torch
@@ -174,20 +228,24 @@ class TransformersGenerator:
             attention[row, width - len(p):] = 1
         max_new = max(r.max_tokens for r in reqs)
         sampling = temp > 0
+        want_logprobs = any(r.logprobs for r in reqs)
         with torch.inference_mode():
             result = self.model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device), max_new_tokens=max_new,
                 do_sample=sampling, temperature=temp if sampling else None, top_p=self.cfg.top_p if sampling else None,
                 top_k=None, stop_strings=list(stop) or None, tokenizer=tok, pad_token_id=pad,
-                return_dict_in_generate=True, output_scores=True)
-            scores = self.model.compute_transition_scores(result.sequences, result.scores, normalize_logits=True)
+                return_dict_in_generate=True, output_scores=want_logprobs)
+            # scores are kept per step as (batch, vocabulary) floats: with 500-token turns in a batch of 16 that is
+            # 1.6 GB before the normalisation copies, so they are computed only when a caller asks for them
+            scores = (self.model.compute_transition_scores(result.sequences, result.scores, normalize_logits=True)
+                      if want_logprobs else None)
         new = result.sequences[:, width:].tolist()
-        logp = scores.float().cpu().tolist()
+        logp = scores.float().cpu().tolist() if scores is not None else [None] * len(reqs)
         cfg_eos = getattr(self.model.generation_config, "eos_token_id", None)
         eos = {tok.eos_token_id} | set(cfg_eos if isinstance(cfg_eos, (list, tuple)) else [cfg_eos]) - {None}
         return [self._finish(ids, lp, r, stop, eos, len(p)) for ids, lp, r, p in zip(new, logp, reqs, prompts)]
 
-    def _finish(self, ids: list[int], logp: list[float], req: GenerationRequest, stop: tuple[str, ...],
+    def _finish(self, ids: list[int], logp: list[float] | None, req: GenerationRequest, stop: tuple[str, ...],
                 eos: set, n_prompt: int) -> Generation:
         """Cut one sequence at its stop string (kept), end of sequence or token limit."""
         tok = self.tokenizer
@@ -209,5 +267,26 @@ class TransformersGenerator:
                     n = j
                     break
             ids, text, finish = ids[:n], tok.decode(ids[:n], skip_special_tokens=True), "stop"
-        return Generation(text=text, token_ids=ids, logprobs=[round(x, 6) for x in logp[: len(ids)]],
-                          finish_reason=finish, prompt_tokens=n_prompt, completion_tokens=len(ids))
+        logprobs = [round(x, 6) for x in logp[: len(ids)]] if logp is not None and req.logprobs else None
+        return Generation(text=text, token_ids=ids, logprobs=logprobs, finish_reason=finish, prompt_tokens=n_prompt,
+                          completion_tokens=len(ids))
+
+
+class BaseModelView:
+    """A :class:`TransformersGenerator`'s model with its adapter switched off, sharing its weights, tokenizer and
+    batcher: requests carry ``adapter=False`` and the backend generates them in groups of their own."""
+
+    tracks_tokens = True
+
+    def __init__(self, inner: TransformersGenerator) -> None:
+        self.inner = inner
+        self.tokenizer = inner.tokenizer
+        self.name = f"{inner.name} (base, adapter off)"
+
+    def render_prompt(self, user_message: str) -> tuple[str, list[int]]:
+        return self.inner.render_prompt(user_message)
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        from dataclasses import replace
+
+        return await self.inner.generate(replace(request, adapter=False))
