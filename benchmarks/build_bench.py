@@ -45,7 +45,7 @@ def raw_encode_seconds(index: Path) -> dict:
 
     from graph_index.graph import fact_text
     from graph_index.store import IndexData
-    from routerag.embedders.sentence_transformers import embedded_minilm_path
+    from graph_index.embedders.sentence_transformers import embedded_minilm_path
     from sentence_transformers import SentenceTransformer
 
     data = IndexData(index)

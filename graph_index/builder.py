@@ -22,13 +22,12 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from routerag.cache import DiskCache
-from routerag.config import Settings
-from routerag.corpus import CorpusError, LoadReport, Passage, load_corpus
-from routerag.embedders import CachedEmbedder, Embedder, embedder_identity, make_embedder
-
 from . import store
+from .cache import DiskCache
+from .config import BuildConfig
+from .corpus import CorpusError, LoadReport, Passage, load_corpus
 from .dense import build_dense_index, describe
+from .embedders import CachedEmbedder, Embedder, embedder_identity, make_embedder
 from .graph import build_graph, collect_content, fact_text, graph_stats
 from .lock import DEFAULT_LOCK_TIMEOUT_S
 from .openie import Extractor, OpenIEResult, make_extractor, run_extraction
@@ -62,7 +61,7 @@ class Timer:
 class Components:
     """Models a build may need, created on first use so a fully cached run loads no extractor."""
 
-    cfg: Settings
+    cfg: BuildConfig
     embedder: Embedder | None = None
     extractor: Extractor | None = None
     cache: DiskCache | None = None
@@ -86,7 +85,7 @@ class Components:
 def build_index(
     corpus_paths: Sequence[str | Path],
     out: Path,
-    cfg: Settings,
+    cfg: BuildConfig,
     *,
     openie_results: Path | None = None,
     force: bool = False,
@@ -106,7 +105,7 @@ def build_index(
         comp = components or Components(cfg)
         timer = Timer()
         with timer("load"):
-            passages, report = load_corpus(corpus_paths, **_corpus_options(cfg))
+            passages, report = load_corpus(corpus_paths, **cfg.corpus.model_dump())
             preset = load_openie_results(openie_results) if openie_results else None
         results, ostats = _extract(comp, passages, preset, timer, progress)
         return _assemble(passages, results, comp, out, timer, previous=None, force=force, progress=progress,
@@ -117,7 +116,7 @@ def build_index(
 def add_to_index(
     index_dir: Path,
     corpus_paths: Sequence[str | Path],
-    cfg: Settings | None = None,
+    cfg: BuildConfig | None = None,
     *,
     openie_results: Path | None = None,
     progress: bool = True,
@@ -134,7 +133,7 @@ def add_to_index(
         timer = Timer()
         with timer("load"):
             old = prev.passages
-            new, report = load_corpus(corpus_paths, known_hashes=[p.hash for p in old], **_corpus_options(cfg))
+            new, report = load_corpus(corpus_paths, known_hashes=[p.hash for p in old], **cfg.corpus.model_dump())
             clash = {p.id for p in old} & {p.id for p in new}
             if clash:
                 raise CorpusError(f"ids already in the index with different content: {', '.join(sorted(clash)[:10])}")
@@ -148,7 +147,7 @@ def add_to_index(
 def delete_from_index(
     index_dir: Path,
     ids: Sequence[str],
-    cfg: Settings | None = None,
+    cfg: BuildConfig | None = None,
     *,
     progress: bool = True,
     components: Components | None = None,
@@ -176,30 +175,14 @@ def delete_from_index(
                          op={"op": "delete", "deleted": len(wanted)}, report=None, ostats=None)
 
 
-def config_for_update(prev: store.IndexData, cfg: Settings | None) -> Settings:
+def config_for_update(prev: store.IndexData, cfg: BuildConfig | None) -> BuildConfig:
     """The configuration an update must use: the index's own models and graph settings (so the result equals a
-    rebuild), with this run's cache, corpus handling and credentials."""
-    saved = prev.manifest["config"]
-    base = cfg or Settings()
-    merged = Settings.model_validate({
-        **saved,
-        "corpus": base.corpus.model_dump(),
-        "cache_dir": base.cache_dir,
-        "use_cache": base.use_cache,
-        "embedder": {**saved["embedder"], "api_key": base.embedder.api_key, "base_url": base.embedder.base_url
-                     or saved["embedder"].get("base_url")},
-        "extractor": {**saved["extractor"], "llm_api_key": base.extractor.llm_api_key,
-                      "llm_base_url": base.extractor.llm_base_url or saved["extractor"].get("llm_base_url")},
-    })
+    rebuild), with this run's cache, corpus handling, credentials and endpoint locations."""
+    merged = (cfg or BuildConfig()).for_update(prev.manifest["config"])
     if cfg is not None and embedder_identity(cfg.embedder) != embedder_identity(merged.embedder):
         raise ValueError(f"this index was built with embedder {embedder_identity(merged.embedder)!r}; "
                          "an update must use the same one")
     return merged
-
-
-def _corpus_options(cfg: Settings) -> dict[str, Any]:
-    c = cfg.corpus
-    return {"skip_bad": c.skip_bad, "max_passage_chars": c.max_passage_chars, "oversize": c.oversize}
 
 
 def _extract(comp: Components, passages: list[Passage], preset: dict[str, OpenIEResult] | None, timer: Timer,
@@ -308,7 +291,7 @@ def _assemble(
         "embedder": {"identity": emb.identity, "dim": dim},
         "extractor": {"identity": _extractor_identity(comp, results)},
         "dense_index": describe(dense),
-        "config": _config_for_manifest(cfg),
+        "config": cfg.recorded(),
         "counts": counts,
         "corpus": _corpus_summary(report),
         "openie": _openie_summary(ostats, results),
@@ -337,13 +320,6 @@ def _extractor_identity(comp: Components, results: list[OpenIEResult]) -> str:
         return comp.extractor.identity
     sources = sorted({r.source for r in results if r.source})
     return ",".join(sources) or "none"
-
-
-def _config_for_manifest(cfg: Settings) -> dict[str, Any]:
-    d = cfg.model_dump(mode="json", exclude={"cache_dir": True, "use_cache": True, "corpus": True, "retrieval": True,
-                                             "policy": True, "train": True, "server": True,
-                                             "embedder": {"api_key"}, "extractor": {"llm_api_key"}})
-    return d
 
 
 def _corpus_summary(report: LoadReport | None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import math
 import faiss
 import numpy as np
 
-from routerag.config import DenseIndexConfig
+from .config import DenseIndexConfig
 
 log = logging.getLogger(__name__)
 

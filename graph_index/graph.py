@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import igraph as ig
 
-from routerag.config import GraphConfig
-from routerag.corpus import Passage
+from .config import GraphConfig
+from .corpus import Passage
 
 from .normalize import is_stopword_phrase, normalize_phrase
 from .openie.base import OpenIEResult, Triple
@@ -64,6 +64,12 @@ class GraphContent:
             for e in linked:
                 counts[e] += 1
         return [counts[e] for e in self.entities]
+
+
+def entity_vertices(g: ig.Graph) -> dict[str, int]:
+    """Normalised entity name → its vertex in ``g`` (vertex names carry :data:`ENTITY_PREFIX`, which stays here,
+    with the code that writes it)."""
+    return {n[len(ENTITY_PREFIX):]: i for i, n in enumerate(g.vs["name"]) if n.startswith(ENTITY_PREFIX)}
 
 
 def fact_text(fact: Triple) -> str:

@@ -33,12 +33,15 @@ import faiss
 import igraph as ig
 import numpy as np
 
-from routerag.corpus import Passage, write_jsonl
-
 from . import integrity, versions
+from .config import DenseIndexConfig, IndexConfig
+from .corpus import Passage, write_jsonl
+from .dense import maybe_to_gpu
+from .graph import entity_vertices
 from .layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACTS, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST,
                      OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS, IndexFormatError)
 from .lock import DEFAULT_LOCK_TIMEOUT_S, IndexBusyError, index_lock
+from .normalize import normalize_phrase
 from .openie.base import OpenIEResult, Triple
 from .synonymy import Selections
 
@@ -201,6 +204,11 @@ class IndexData:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @cached_property
+    def config(self) -> IndexConfig:
+        """The models and graph settings the index was built with (its manifest's record)."""
+        return IndexConfig.from_manifest(self.manifest["config"])
+
     @property
     def version(self) -> str:
         """The version directory's name (the directory's own name for an index written before versions)."""
@@ -306,6 +314,64 @@ class IndexData:
             raise IndexFormatError(f"{path}: graph of {g.vcount():,} nodes and {g.ecount():,} edges, the manifest "
                                    f"says {nodes:,} and {edges if edges is not None else '?'}; {REBUILD_HINT}", path)
         return g
+
+    # -- the graph's vertices, by what they stand for: passages first (vertex i is passage i), then entities ------
+
+    @property
+    def passage_vertices(self) -> np.ndarray:
+        """The vertices of the passages, in passage order (the rows PageRank scores are read from)."""
+        return np.arange(int(self.manifest["counts"]["passages"]))
+
+    @cached_property
+    def entity_vertices(self) -> dict[str, int]:
+        """Normalised entity name → its graph vertex."""
+        return entity_vertices(self.graph)
+
+    @cached_property
+    def fact_ends(self) -> np.ndarray:
+        """``(facts, 2)`` int64: the vertices of each fact's subject and object (-1 where an end is no node)."""
+        vertex = self.entity_vertices
+        ends = np.full((len(self.facts), 2), -1, dtype=np.int64)
+        for j, (s, _, o) in enumerate(self.facts):
+            ends[j, 0] = vertex.get(s, -1)
+            ends[j, 1] = vertex.get(o, -1)
+        return ends
+
+    @cached_property
+    def vertex_passage_counts(self) -> np.ndarray:
+        """Per graph vertex, how many passages link to it (entities; 0 for passage vertices): what HippoRAG 2
+        divides an entity seed's weight by."""
+        counts = np.zeros(self.graph.vcount(), dtype=np.float64)
+        counts[len(self.passage_vertices):] = self.entity_passage_counts
+        return counts
+
+    @cached_property
+    def _longest_entity(self) -> int:
+        return min(max((len(e.split()) for e in self.entity_vertices), default=1), 8)
+
+    def entities_in(self, text: str) -> list[int]:
+        """Entity vertices ``text`` names verbatim: its longest normalised n-grams that are entity nodes, not
+        overlapping (so "new york city" does not also give "york"), longest first."""
+        words = normalize_phrase(text).split()
+        taken = [False] * len(words)
+        found: list[int] = []
+        for n in range(min(self._longest_entity, len(words)), 0, -1):
+            for i in range(len(words) - n + 1):
+                if any(taken[i : i + n]):
+                    continue
+                v = self.entity_vertices.get(" ".join(words[i : i + n]))
+                if v is not None:
+                    found.append(v)
+                    taken[i : i + n] = [True] * n
+        return found
+
+    def search_index(self, device: str = "auto") -> faiss.Index:
+        """The dense index where searches run: copied to GPU 0 when the index's ``dense.use_gpu`` allows it and a
+        GPU is there, unless ``device`` is ``cpu``."""
+        cfg: DenseIndexConfig = self.config.dense
+        if device == "cpu":
+            cfg = cfg.model_copy(update={"use_gpu": "never"})
+        return maybe_to_gpu(self.dense, cfg)
 
     def check(self) -> None:
         """Read every part once and hold it to the manifest (what ``routerag info`` runs; no checksums).

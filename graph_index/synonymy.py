@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from routerag.config import GraphConfig
+from .config import GraphConfig
 
 from .normalize import alnum_count
 

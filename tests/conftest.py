@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from graph_index.builder import Components
-from routerag.config import Settings, EmbedderConfig, ExtractorConfig
+from graph_index.config import EmbedderConfig, ExtractorConfig
+from routerag.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -26,7 +27,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def minilm():
     """The embedded all-MiniLM-L6-v2, loaded once."""
-    from routerag.embedders import make_embedder
+    from graph_index.embedders import make_embedder
 
     return make_embedder(EmbedderConfig())
 

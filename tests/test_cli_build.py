@@ -103,7 +103,7 @@ def test_index_add_and_delete_from_the_cli(runner: CliRunner, tmp_path: Path, mi
     m = json.loads(res.stdout)
     assert m["counts"]["passages"] == 5 and m["counts"]["synonymy_edges"] == 2
     chicago = json.loads(rows[4])
-    from routerag.corpus import content_hash
+    from graph_index.corpus import content_hash
 
     res = runner.invoke(app, ["index", "delete", str(out), "--ids", content_hash(chicago["title"], chicago["text"]),
                               "--json"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from routerag.corpus import CorpusError, content_hash, load_corpus
+from graph_index.corpus import CorpusError, content_hash, load_corpus
 
 
 def write(path: Path, text: str) -> Path:

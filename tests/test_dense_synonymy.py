@@ -7,8 +7,8 @@ import pytest
 
 from graph_index.dense import build_dense_index, gpu_available, maybe_to_gpu
 from graph_index.synonymy import select_synonyms, synonym_edges
-from routerag.config import DenseIndexConfig, GraphConfig
-from routerag.embedders import normalize_rows
+from graph_index.config import DenseIndexConfig, GraphConfig
+from graph_index.embedders import normalize_rows
 
 
 def unit(rng: np.random.Generator, n: int, d: int = 32) -> np.ndarray:

@@ -23,8 +23,8 @@ from graph_index.lock import IndexBusyError, index_lock
 from graph_index.store import IndexData
 from routerag.cli import app
 from routerag.config import Settings
-from routerag.corpus import read_jsonl, write_jsonl
-from routerag.embedders import Embedder
+from graph_index.corpus import read_jsonl, write_jsonl
+from graph_index.embedders import Embedder
 
 FIX = Path(__file__).parent / "fixtures"
 OIE = FIX / "curie_openie.json"
@@ -361,9 +361,9 @@ class RecordingBar:
 
 
 def test_embedding_shows_one_bar_over_the_whole_stage(tmp_path: Path, monkeypatch) -> None:
-    import routerag.embedders.base as emb_base
-    from routerag.cache import DiskCache
-    from routerag.embedders import CachedEmbedder
+    import graph_index.embedders.base as emb_base
+    from graph_index.cache import DiskCache
+    from graph_index.embedders import CachedEmbedder
 
     RecordingBar.made = []
     monkeypatch.setattr(builder, "tqdm", RecordingBar, raising=False)

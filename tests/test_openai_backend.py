@@ -17,7 +17,7 @@ import pytest
 
 from routerag.config import GeneratorConfig, Settings
 from routerag.engine import Engine
-from routerag.llm_clients import UpstreamError
+from graph_index.llm_clients import UpstreamError
 from routerag.policy import LoopConfig, PolicyLoop, Trajectory
 from routerag.policy.backends.openai_backend import CONTINUE_FIELDS, OpenAIGenerator
 from routerag.policy.loop import BUDGET_NOTICE, INVALID_NOTICE

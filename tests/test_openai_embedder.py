@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from routerag import embedders
+from graph_index import embedders
 from routerag.cli import app
-from routerag.config import EmbedderConfig, RetrievalConfig
-from routerag.llm_clients import UpstreamError
+from graph_index.config import EmbedderConfig
+from routerag.config import RetrievalConfig
+from graph_index.llm_clients import UpstreamError
 from routerag.retrieval import Retriever
 
 from .fake_openai import FakeOpenAIServer

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from routerag.corpus import Passage
+from graph_index.corpus import Passage
 
 
 def extract(extractor, title: str, text: str):
@@ -50,7 +50,7 @@ def test_extract_streams_in_order(spacy_extractor) -> None:
 def test_a_passage_over_spacys_limit_fails_alone_instead_of_sinking_the_build(spacy_extractor) -> None:
     """spaCy raises E088 inside its pipe for a text over ``nlp.max_length`` (possible only when
     corpus.max_passage_chars is raised past it): that passage gets a failed result, its neighbours are extracted."""
-    from routerag.corpus import Passage
+    from graph_index.corpus import Passage
 
     saved = spacy_extractor.nlp.max_length
     spacy_extractor.nlp.max_length = 60

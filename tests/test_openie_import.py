@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from graph_index.openie.imported import OpenIEImportError, load_openie_results
-from routerag.corpus import load_corpus
+from graph_index.corpus import load_corpus
 
 FIX = Path(__file__).parent / "fixtures"
 

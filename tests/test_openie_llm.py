@@ -18,8 +18,8 @@ import pytest
 
 from graph_index.openie import prompts
 from graph_index.openie.llm import LLMEndpointError, LLMExtractor, parse_entities, parse_triples
-from routerag.config import ExtractorConfig
-from routerag.corpus import Passage
+from graph_index.config import ExtractorConfig
+from graph_index.corpus import Passage
 
 try:
     from tests.fake_openai import FakeOpenAIServer, Reply, free_port, last_user_message

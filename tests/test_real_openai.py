@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from graph_index.openie.llm import LLMExtractor
 from routerag.config import GeneratorConfig
-from routerag.corpus import Passage
+from graph_index.corpus import Passage
 from routerag.policy.backends.openai_backend import OpenAIGenerator
 from routerag.policy.parsing import close_stop
 from routerag.policy.types import Generation, GenerationRequest

@@ -11,7 +11,7 @@ import pytest
 from graph_index.builder import Components, add_to_index, build_index, delete_from_index
 from graph_index.openie.base import Extractor, OpenIEResult
 from graph_index.store import IndexData
-from routerag.corpus import Passage, read_jsonl, write_jsonl
+from graph_index.corpus import Passage, read_jsonl, write_jsonl
 
 from .index_compare import assert_same_index
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from routerag.config import ExtractorConfig
+from ..config import ExtractorConfig
 
 from .base import ExtractionStats, Extractor, OpenIEResult, Triple, run_extraction
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from routerag.cache import DiskCache
-from routerag.corpus import Passage
+from ..cache import DiskCache
+from ..corpus import Passage
 
 log = logging.getLogger(__name__)
 

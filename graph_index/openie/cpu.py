@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
-from routerag.corpus import Passage
+from ..corpus import Passage
 
 from .base import Extractor, OpenIEResult, Triple
 

@@ -12,7 +12,7 @@ import json
 import logging
 from pathlib import Path
 
-from routerag.corpus import content_hash
+from ..corpus import content_hash
 
 from .base import OpenIEResult, clean_entities, clean_triples
 

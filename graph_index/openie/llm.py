@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import json_repair
 
-from routerag.corpus import Passage
-from routerag.llm_clients import error_detail, openai_client
+from ..corpus import Passage
+from ..llm_clients import Endpoint, error_detail, import_vllm, openai_client, vllm_engine
 
 from . import prompts
 from .base import Extractor, OpenIEResult, Triple, clean_entities, clean_triples
 
 if TYPE_CHECKING:
-    from routerag.config import ExtractorConfig
+    from ..config import ExtractorConfig
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class LLMExtractor(Extractor):
         self._vllm: Any = None
         self._sampling_params: Any = None
         if backend == "openai":
-            self._client = openai_client(base_url, api_key, timeout_s=timeout_s, max_retries=max_retries,
+            self._client = openai_client(Endpoint(base_url, api_key, timeout_s=timeout_s), max_retries=max_retries,
                                          asynchronous=True)
             self.base_url = str(self._client.base_url)
 
@@ -436,15 +436,10 @@ class LLMExtractor(Extractor):
     def _engine(self) -> tuple[Any, Any]:
         """The in-process vLLM engine, loaded on first use (a build whose passages are all cached never loads it)."""
         if self._vllm is None:
-            try:
-                import vllm
-            except ImportError as exc:
-                raise RuntimeError(
-                    "llm_backend = 'vllm' needs vLLM in this environment: install the gpu extra "
-                    "(pip install 'routerag[gpu]'), or serve the model with `vllm serve` and use "
-                    "llm_backend = 'openai' with llm_base_url") from exc
-            self._vllm = vllm.LLM(model=self.model, **self.vllm_kwargs)
-            self._sampling_params = vllm.SamplingParams
+            user = "llm_backend = 'vllm'"
+            instead = ", or serve the model with `vllm serve` and use llm_backend = 'openai' with llm_base_url"
+            self._vllm = vllm_engine(self.model, asynchronous=False, user=user, alternative=instead, **self.vllm_kwargs)
+            self._sampling_params = import_vllm(user, instead).SamplingParams
         return self._vllm, self._sampling_params
 
     def _vllm_window(self, window: Sequence[Passage]) -> list[OpenIEResult]:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..corpus import content_hash
+from graph_index.corpus import content_hash
 from ..datasets import DatasetError, QAItem
 from ..metrics import answer_in_documents, exact_match, f1, gen_acc
 from ..retrieval import MODES, RetrievedDoc

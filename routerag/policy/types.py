@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..llm_clients import UpstreamError as UpstreamError  # defined with the client factory; re-exported here
+from graph_index.llm_clients import UpstreamError as UpstreamError  # defined with the client factory; re-exported here
 from ..retrieval import Mode, RetrievalResult
 
 SegmentKind = Literal["prompt", "policy", "information"]

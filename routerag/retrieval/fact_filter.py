@@ -60,9 +60,9 @@ def parse_keep(text: str, n: int) -> list[int] | None:
 class LLMFactFilter:
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 30.0,
                  max_concurrency: int = 8, max_tokens: int = 64) -> None:
-        from routerag.llm_clients import openai_client
+        from graph_index.llm_clients import Endpoint, openai_client
 
-        self.client = openai_client(base_url, api_key, timeout_s=timeout_s, max_retries=2)
+        self.client = openai_client(Endpoint(base_url, api_key, timeout_s=timeout_s), max_retries=2)
         self.model = model
         self.max_concurrency = max_concurrency
         self.max_tokens = max_tokens

@@ -25,12 +25,10 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from graph_index.dense import maybe_to_gpu
-from graph_index.graph import ENTITY_PREFIX
-from graph_index.normalize import normalize_phrase
+from graph_index.embedders import Embedder, make_embedder
+from graph_index.llm_clients import resolve_api_key
 from graph_index.store import IndexData
-from routerag.config import DenseIndexConfig, EmbedderConfig, RetrievalConfig
-from routerag.embedders import Embedder, make_embedder
+from routerag.config import RetrievalConfig
 
 from .fact_filter import LLMFactFilter
 from .facts import FactScorer, top_rows
@@ -84,26 +82,21 @@ class Retriever:
         self.data = index if isinstance(index, IndexData) else IndexData(Path(index))
         self.cfg = cfg or RetrievalConfig()
         m = self.data.manifest
-        saved = m["config"]
-        self.embedder = embedder or make_embedder(EmbedderConfig.model_validate(saved["embedder"]))
+        self.embedder = embedder or make_embedder(self.data.config.embedder)
         if self.embedder.identity != m["embedder"]["identity"]:
             raise ValueError(f"index {self.data.path} was embedded with {m['embedder']['identity']}, "
                              f"not {self.embedder.identity}")
-        dense_cfg = DenseIndexConfig.model_validate(saved["dense"])
-        if self.cfg.device == "cpu":
-            dense_cfg = dense_cfg.model_copy(update={"use_gpu": "never"})
         self.passages = self.data.passages
         self.n_passages = len(self.passages)
-        self.dense = maybe_to_gpu(self.data.dense, dense_cfg)
+        self.dense = self.data.search_index(self.cfg.device)
         self.passage_emb = np.ascontiguousarray(self.data.passage_emb)
         self.facts = self.data.facts
         self._graph_ready = False
         self._graph_lock = threading.Lock()
         self.fact_filter = None
         if self.cfg.fact_filter:
-            key = self.cfg.fact_filter_api_key
-            self.fact_filter = LLMFactFilter(self.cfg.fact_filter_base_url, self.cfg.fact_filter_model,
-                                             api_key=key.get_secret_value() if key else None)
+            self.fact_filter = LLMFactFilter(self.cfg.fact_filter_base_url, self.cfg.fact_filter_model,  # type: ignore[arg-type]
+                                             api_key=resolve_api_key(self.cfg.fact_filter_api_key))
 
     # -- loading the graph part lazily: passage-only users never pay for it -------------------------------------
 
@@ -121,21 +114,11 @@ class Retriever:
 
     def _load_graph(self) -> None:
         g = self.data.graph
-        names = g.vs["name"]
-        vertex = {n: i for i, n in enumerate(names)}
-        ends = np.full((len(self.facts), 2), -1, dtype=np.int64)
-        for j, (s, _, o) in enumerate(self.facts):
-            ends[j, 0] = vertex.get(ENTITY_PREFIX + s, -1)
-            ends[j, 1] = vertex.get(ENTITY_PREFIX + o, -1)
-        self.fact_ends = ends
+        self.fact_ends = self.data.fact_ends
         self.fact_scorer = FactScorer(np.ascontiguousarray(self.data.fact_emb))
-        counts = np.zeros(g.vcount(), dtype=np.float64)
-        counts[self.n_passages:] = self.data.entity_passage_counts
-        self.entity_passages = counts
+        self.entity_passages = self.data.vertex_passage_counts
         self.n_nodes = g.vcount()
-        self._passage_rows = np.arange(self.n_passages)
-        self.entity_vertex = {n[len(ENTITY_PREFIX):]: i for i, n in enumerate(names) if n.startswith(ENTITY_PREFIX)}
-        self.max_entity_words = min(max((len(e.split()) for e in self.entity_vertex), default=1), 8)
+        self._passage_rows = self.data.passage_vertices
         if self.cfg.ppr_backend == "batched":
             self.solver = PPRSolver.from_igraph(g, damping=self.cfg.damping, tol=self.cfg.ppr_tol,
                                                 device=self.cfg.device)
@@ -329,21 +312,9 @@ class Retriever:
         return lists, facts, fallbacks
 
     def query_entities(self, query: str) -> list[int]:
-        """Entity vertices the query names verbatim: its longest normalised n-grams that are entity nodes, not
-        overlapping (so "new york city" does not also seed "york")."""
+        """Entity vertices the query names verbatim (:meth:`~graph_index.store.IndexData.entities_in`)."""
         self._ensure_graph()
-        words = normalize_phrase(query).split()
-        taken = [False] * len(words)
-        found: list[int] = []
-        for n in range(min(self.max_entity_words, len(words)), 0, -1):
-            for i in range(len(words) - n + 1):
-                if any(taken[i : i + n]):
-                    continue
-                v = self.entity_vertex.get(" ".join(words[i : i + n]))
-                if v is not None:
-                    found.append(v)
-                    taken[i : i + n] = [True] * n
-        return found
+        return self.data.entities_in(query)
 
     def _entity_seeds(self, chosen: list[tuple[int, float]]) -> dict[int, float]:
         """HippoRAG 2's phrase weights: each end entity of a chosen fact gets the fact score / its passage count,

@@ -13,7 +13,7 @@
 Either way the turn comes back as text the loop reads the same: stop strings are cut off by OpenAI and vLLM but
 kept by ``transformers serve``; the text is cut right after the first stop string when one is there, and the loop
 restores a cut one. Turns are streamed by default (``stream``) and assembled here. An empty ``choices`` list or a
-reply that is not a completion is an :class:`~routerag.llm_clients.UpstreamError` (the REST server's 502), like
+reply that is not a completion is an :class:`~graph_index.llm_clients.UpstreamError` (the REST server's 502), like
 the client's own errors for 5xx after its retries. Requests run concurrently up to ``max_concurrency``.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...config import GeneratorConfig
-from ...llm_clients import UpstreamError, error_detail, openai_client, resolve_api_key
+from graph_index.llm_clients import UpstreamError, error_detail, openai_client
 from ..prompt import chatml
 from ..types import Generation, GenerationRequest
 
@@ -55,10 +55,9 @@ class OpenAIGenerator:
         if not cfg.base_url and cfg.model.startswith(("smollm2",)):
             raise ValueError("the openai backend needs base_url and the served model's name")
         self.cfg = cfg
-        self.name = f"openai:{cfg.base_url or 'api.openai.com'}:{cfg.model}"
-        self.where = f"policy server {cfg.base_url or 'api.openai.com'}"
-        self.client = openai_client(cfg.base_url, resolve_api_key(cfg.api_key), timeout_s=cfg.timeout_s,
-                                    max_retries=2, asynchronous=True)
+        self.name = f"openai:{cfg.endpoint.host}:{cfg.model}"
+        self.where = f"policy server {cfg.endpoint.host}"
+        self.client = openai_client(cfg.endpoint, max_retries=2, asynchronous=True)
         self.tokenizer = _load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
         self.continues: bool | None = {"on": True, "off": False}.get(cfg.chat_continuation)
         """Whether the server continues a final assistant message (None: not known yet, ``auto`` finds out)."""

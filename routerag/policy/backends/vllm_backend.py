@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from graph_index.llm_clients import import_vllm, vllm_engine
+
 from ...config import GeneratorConfig
 from ..prompt import chatml
 from ..types import Generation, GenerationRequest
@@ -17,10 +19,7 @@ class VLLMGenerator:
     tracks_tokens = True
 
     def __init__(self, cfg: GeneratorConfig, *, engine: Any = None) -> None:
-        try:
-            import vllm
-        except ImportError as exc:  # pragma: no cover - exercised only without vllm
-            raise RuntimeError("the vllm backend needs vLLM: pip install 'routerag[gpu]'") from exc
+        vllm = import_vllm("the vllm backend")
         if engine is None and cfg.model.startswith("smollm2"):
             raise ValueError(f"{cfg.model} is the embedded CPU policy (transformers backend); the vllm backend needs "
                              "a model folder or hub name: --policy PATH")
@@ -28,10 +27,9 @@ class VLLMGenerator:
         self.cfg = cfg
         self.name = f"vllm:{cfg.model}"
         if engine is None:
-            args = vllm.AsyncEngineArgs(model=cfg.model, gpu_memory_utilization=cfg.gpu_memory_utilization,
-                                        tensor_parallel_size=cfg.tensor_parallel_size,
-                                        dtype="auto" if cfg.dtype == "auto" else cfg.dtype)
-            engine = vllm.AsyncLLMEngine.from_engine_args(args)
+            engine = vllm_engine(cfg.model, asynchronous=True, user="the vllm backend", dtype=cfg.dtype,
+                                 gpu_memory_utilization=cfg.gpu_memory_utilization,
+                                 tensor_parallel_size=cfg.tensor_parallel_size)
         self.engine = engine
         self.tokenizer = _engine_tokenizer(engine, cfg.model)
 

@@ -11,19 +11,16 @@ import os
 
 import numpy as np
 
-from ..llm_clients import UpstreamError, error_detail, openai_client
+from ..llm_clients import Endpoint, UpstreamError, error_detail, openai_client
 from .base import Embedder
 
 
 class OpenAIEmbedder(Embedder):
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
-                 api_key_env: str | None = None, batch_size: int = 64, timeout_s: float = 60.0,
-                 query_instruction: str = "") -> None:
-        self.client = openai_client(base_url, api_key, timeout_s=timeout_s, max_retries=3)
+    def __init__(self, model: str, endpoint: Endpoint, *, batch_size: int = 64, query_instruction: str = "") -> None:
+        self.client = openai_client(endpoint, max_retries=3)
         self.model = model
-        self.base_url = base_url
-        self.api_key_env = api_key_env
-        self.identity = f"openai:{base_url or 'api.openai.com'}:{model}"
+        self.endpoint = endpoint
+        self.identity = f"openai:{endpoint.host}:{model}"
         self.batch_size = batch_size
         self.query_instruction = query_instruction
         self._dim: int | None = None
@@ -43,14 +40,14 @@ class OpenAIEmbedder(Embedder):
             raise UpstreamError(self._key_advice(exc)) from exc
         rows = sorted(getattr(resp, "data", None) or [], key=lambda d: d.index)
         if len(rows) != len(texts):
-            raise UpstreamError(f"embedding endpoint {self.base_url or 'api.openai.com'} returned {len(rows)} "
-                                f"vectors for {len(texts)} texts")
+            raise UpstreamError(f"embedding endpoint {self.endpoint.host} returned {len(rows)} vectors for "
+                                f"{len(texts)} texts")
         return np.asarray([r.embedding for r in rows], dtype=np.float32)
 
     def _key_advice(self, exc: Exception) -> str:
-        where = f"embedding endpoint {self.base_url or 'api.openai.com'}"
+        where = f"embedding endpoint {self.endpoint.host}"
         status = getattr(exc, "status_code", "")
-        env = self.api_key_env
+        env = self.endpoint.api_key_env
         if not env:
             how = "this embedder names no variable for its key (embedder.api_key_env)"
         elif os.environ.get(env):

@@ -1,5 +1,5 @@
 """Swappable text embedders: the embedded MiniLM default, any sentence-transformers model, or an
-OpenAI-compatible endpoint. :func:`make_embedder` turns an :class:`~routerag.config.EmbedderConfig` into one."""
+OpenAI-compatible endpoint. :func:`make_embedder` turns an :class:`~graph_index.config.EmbedderConfig` into one."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def embedder_identity(cfg: EmbedderConfig) -> str:
     if cfg.name == EMBEDDED_EMBEDDER:
         return "st:all-MiniLM-L6-v2"
     if cfg.name.startswith("openai:"):
-        return f"openai:{cfg.base_url or 'api.openai.com'}:{cfg.name.split(':', 1)[1]}"
+        return f"openai:{cfg.endpoint.host}:{cfg.name.split(':', 1)[1]}"
     from pathlib import Path
 
     p = Path(cfg.name).expanduser()
@@ -28,9 +28,7 @@ def embedder_identity(cfg: EmbedderConfig) -> str:
 
 def make_embedder(cfg: EmbedderConfig, *, reuse: bool = True) -> Embedder:
     """Build (or reuse, per process) the embedder ``cfg`` names."""
-    from ..llm_clients import resolve_api_key
-
-    api_key = resolve_api_key(cfg.api_key, cfg.api_key_env) if cfg.name.startswith("openai:") else None
+    api_key = cfg.endpoint.key() if cfg.name.startswith("openai:") else None
     # the dump masks secrets: the key's fingerprint tells apart embedders that differ only in their key
     key = cfg.model_dump_json() + (hashlib.sha256(api_key.encode()).hexdigest() if api_key else "")
     if reuse and key in _LOADED:
@@ -39,8 +37,7 @@ def make_embedder(cfg: EmbedderConfig, *, reuse: bool = True) -> Embedder:
     if cfg.name.startswith("openai:"):
         from .openai_compat import OpenAIEmbedder
 
-        emb = OpenAIEmbedder(cfg.name.split(":", 1)[1], base_url=cfg.base_url, api_key=api_key,
-                             api_key_env=cfg.api_key_env, batch_size=cfg.batch_size, timeout_s=cfg.timeout_s,
+        emb = OpenAIEmbedder(cfg.name.split(":", 1)[1], cfg.endpoint, batch_size=cfg.batch_size,
                              query_instruction=cfg.query_instruction)
     else:
         from .sentence_transformers import SentenceTransformerEmbedder, embedded_minilm_path
