@@ -19,11 +19,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from graph_index.config import BuildConfig, SettingsError, StrictModel, accepted_keys, closest_name, section_of
 from graph_index.llm_clients import Endpoint
+
+from .vocabulary import Mode, ReaderKind, ReaderPrompt
 
 
 def default_model_dir() -> Path:
@@ -35,12 +37,19 @@ def default_model_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routerag" / "models"
 
 
+LOOP_DEFAULTS: dict[str, int] = {"budget": 4, "k": 3, "max_information_tokens": 500, "max_turn_tokens": 500,
+                                 "max_total_tokens": 4096, "max_invalid": 2}
+"""RouteRAG's loop settings: what a policy without a card (an untrained or foreign model) runs with."""
+
+
 class RetrievalConfig(StrictModel):
     """Query-time retrieval. Modes as RouteRAG defines them: ``passage`` (dense top-k), ``graph`` (HippoRAG 2's
     fact-seeded Personalized PageRank) and ``hybrid`` (Reciprocal Rank Fusion of the two)."""
 
-    mode: Literal["passage", "graph", "hybrid"] = "hybrid"
-    top_k: int = Field(5, ge=1, le=1000)
+    mode: Mode = "hybrid"
+    k: int = Field(LOOP_DEFAULTS["k"], ge=1, le=1000, validation_alias=AliasChoices("k", "top_k"))
+    """Documents per search when the caller names none (``routerag search``, ``/retrieve`` without ``topk``): the
+    same default as the policy loop's ``k``. ``top_k`` is its former name, still read."""
     fact_top_k: int = Field(3, ge=0)
     """Facts matched to the query that seed the graph (HippoRAG 2's linking_top_k is 5; with the CPU extractor's
     noisier facts 3 retrieves better on both HotpotQA and PopQA)."""
@@ -78,6 +87,11 @@ class RetrievalConfig(StrictModel):
     fact_filter_base_url: str | None = None
     fact_filter_model: str | None = None
     fact_filter_api_key: SecretStr | None = None
+
+    @property
+    def top_k(self) -> int:
+        """Former name of :attr:`k` (before #16), kept for code written against it."""
+        return self.k
 
     @model_validator(mode="after")
     def _filter_needs_endpoint(self) -> RetrievalConfig:
@@ -142,11 +156,6 @@ class GeneratorConfig(StrictModel):
         return Endpoint(self.base_url, self.api_key, timeout_s=self.timeout_s)
 
 
-LOOP_DEFAULTS: dict[str, int] = {"budget": 4, "k": 3, "max_information_tokens": 500, "max_turn_tokens": 500,
-                                 "max_total_tokens": 4096, "max_invalid": 2}
-"""RouteRAG's loop settings: what a policy without a card (an untrained or foreign model) runs with."""
-
-
 class LoopSettings(StrictModel):
     """The policy loop's settings (RouteRAG's Algorithm 1), defined once: ``[policy]`` (serving, evaluation) and
     ``[train]`` both take them. A field left unset (None) takes the value the policy was trained with, from its card
@@ -155,7 +164,8 @@ class LoopSettings(StrictModel):
     budget: int | None = Field(None, ge=0)
     """Searches before an answer is forced (RouteRAG: 4)."""
     k: int | None = Field(None, ge=1, le=50)
-    """Documents per search (RouteRAG: 3); also ``/retrieve``'s default ``topk``."""
+    """Documents per search (RouteRAG: 3). Plain retrieval without the policy (``/retrieve``, ``routerag search``)
+    takes ``retrieval.k``, whose default is the same."""
     max_information_tokens: int | None = Field(None, ge=16)
     """Each ``<information>`` block is cut to this many tokens (RouteRAG: 500)."""
     max_turn_tokens: int | None = Field(None, ge=8)
@@ -188,11 +198,11 @@ class PolicyConfig(LoopSettings):
     answer_generator: GeneratorConfig | None = None
     """A frozen generator that writes the final answer from the retrieved documents (s3); used with ``reader =
     "generator"`` (the default reader when it is set)."""
-    reader: Literal["policy", "base", "generator"] | None = None
+    reader: ReaderKind | None = None
     """Who writes the final answer: ``policy`` (its own ``<answer>``), ``base`` (the policy's base model with its
     LoRA adapter switched off reads every retrieved document: s3's decoupled searcher and reader, sharing the same
     weights), ``generator`` (``answer_generator``). None: the policy's card, else ``policy``."""
-    reader_prompt: Literal["instruct", "fewshot"] | None = None
+    reader_prompt: ReaderPrompt | None = None
     """How the reader is asked: ``instruct`` (a chat message asking for the answer in tags) or ``fewshot`` (a plain
     completion after four worked examples, which a small base model follows more closely). None: the policy's card,
     else ``instruct``."""
@@ -228,7 +238,9 @@ class VerlConfig(StrictModel):
     ppo_mini_batch_size: int = Field(128, ge=1)
     """Trajectories per update, as RouteRAG counts them; converted to verl's prompts (÷ rollouts)."""
     micro_batch_size_per_gpu: int = Field(8, ge=1)
-    rollout_tp: int = Field(1, ge=1)
+    tensor_parallel_size: int = Field(1, ge=1, validation_alias=AliasChoices("tensor_parallel_size", "rollout_tp"))
+    """vLLM rollout replicas' tensor parallelism (the name ``policy.generator`` uses; ``rollout_tp`` is its former
+    name, still read)."""
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
     max_prompt_length: int = Field(2048, ge=64)
     max_response_length: int = Field(4096, ge=64)
@@ -318,7 +330,7 @@ class ServerConfig(StrictModel):
     """``/retrieve`` requests running at once (each is one batched search); None: the usable CPU cores, at least 2."""
     retrieve_max_queue: int | None = Field(None, ge=0)
     """``/retrieve`` requests waiting for a slot; None: 16 × the in-flight bound (searches take milliseconds)."""
-    retrieve_mode: Literal["passage", "graph", "hybrid"] | None = None
+    retrieve_mode: Mode | None = None
     """``/retrieve``'s mode when a request names none; None: ``retrieval.mode``."""
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from .batching import MicroBatcher
 from .config import Settings
@@ -18,10 +18,8 @@ from .policy.card import resolve_policy
 from .policy.loop import EventSink
 from .policy.search import LocalSearch
 from .policy.types import Generator, SearchBackend
-from .retrieval import Mode, RetrievalResult, Retriever
-
-AskMode = Literal["learned", "passage", "graph", "hybrid"]
-ASK_MODES: tuple[AskMode, ...] = ("learned", "passage", "graph", "hybrid")
+from .retrieval import RetrievalResult, Retriever
+from .vocabulary import ASK_MODES, AskMode, Mode
 
 
 class Engine:

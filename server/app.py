@@ -347,7 +347,7 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
         """Retrieve documents for a batch of queries without the policy (Search-R1's protocol plus `mode`)."""
         r: RetrieveRequest = req
         mode = r.mode or retrieve_mode
-        k = r.topk or settings.retrieval.top_k
+        k = r.topk or settings.retrieval.k
         deadline = asyncio.get_running_loop().time() + timeout_s
         slot = await admit("/retrieve", deadline)
         served = False

@@ -22,10 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from routerag.config import ServerConfig
-
-AskMode = Literal["learned", "passage", "graph", "hybrid"]
-RetrieveMode = Literal["passage", "graph", "hybrid"]
-Finish = Literal["answer", "forced_answer", "no_answer", "error"]
+from routerag.vocabulary import AskMode, Finish, Mode
 
 
 def _valid_text(v: str) -> str:
@@ -104,7 +101,7 @@ class RetrieveRequest(BaseModel):
                                                               "empty or blank.")
     topk: int | None = Field(None, ge=1, description="Documents per query (the retrieval default if null).")
     return_scores: bool = Field(False, description="Wrap each document as {document, score}.")
-    mode: RetrieveMode | None = Field(None, description="passage, graph or hybrid (server default if null).")
+    mode: Mode | None = Field(None, description="passage, graph or hybrid (server default if null).")
 
 
 class Document(BaseModel):
@@ -123,7 +120,7 @@ class RetrieveResponse(BaseModel):
     result: list[list[ScoredDocument]] | list[list[Document]] = Field(
         description="Per query, its documents best first: {document, score} with return_scores, else bare documents.")
     ms: list[float] = Field(description="Per query, its share of the batch's retrieval compute time.")
-    mode: RetrieveMode
+    mode: Mode
 
 
 # -- errors and probes ------------------------------------------------------------------------------------------------
@@ -162,7 +159,7 @@ class SearchEvent(BaseModel):
     """A search the policy chose: its mode (after any forced mode), the mode tags it wrote, and its query."""
 
     type: Literal["search"]
-    mode: RetrieveMode
+    mode: Mode
     tags: list[str]
     query: str
     step: int
@@ -180,7 +177,7 @@ class InformationEvent(BaseModel):
 
     type: Literal["information"]
     step: int
-    mode: RetrieveMode
+    mode: Mode
     retrieval_ms: float
     docs: list[EventDocument]
 

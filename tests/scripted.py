@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 
 from routerag.policy.prompt import chatml
 from routerag.policy.types import Generation, GenerationRequest
-from routerag.retrieval import Mode, RetrievalResult, RetrievedDoc
+from routerag.retrieval import RetrievalResult, RetrievedDoc
+from routerag.vocabulary import Mode
 
 
 class ScriptedGenerator:

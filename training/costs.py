@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from routerag.retrieval import MODES, Mode, Retriever
+from routerag.retrieval import Retriever
+from routerag.vocabulary import MODES, Mode
 
 COSTS_FILE = "retrieval_costs.json"
 

@@ -30,7 +30,8 @@ import torch
 from routerag.datasets import QAItem
 from routerag.policy import LoopConfig, PolicyLoop
 from routerag.policy.prompt import DEFAULT_INSTRUCTION, user_message
-from routerag.retrieval import Mode, RetrievalResult, RetrievedDoc
+from routerag.retrieval import RetrievalResult, RetrievedDoc
+from routerag.vocabulary import Mode
 
 from .grpo import first_loss_position
 from .sequences import TokenSequence, micro_batches

@@ -45,9 +45,9 @@ def search_cmd(
             raise ValueError(f"{queries}: no queries")
     else:
         batch = [query or ""]
-    cfg = load_settings(Settings, config, retrieval={"mode": mode, "top_k": k}).retrieval
+    cfg = load_settings(Settings, config, retrieval={"mode": mode, "k": k}).retrieval
     retriever = Retriever(index, cfg)
-    results = retriever.search(batch, mode=cfg.mode, k=cfg.top_k)
+    results = retriever.search(batch, mode=cfg.mode, k=cfg.k)
     if json_out:
         for r in results:
             sys.stdout.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")

@@ -187,7 +187,8 @@ def sft_cmd(
             texts.setdefault(p.title, p.text)
         plans = [gold_plan(it, gold_documents(it, texts), rng) if gold_documents(it, texts) else [] for it in items]
     else:
-        from ..retrieval import MODES, Retriever
+        from ..retrieval import Retriever
+        from ..vocabulary import MODES
 
         retriever = Retriever(index, settings.retrieval)
         results = {m: retriever.search([it.question for it in items], mode=m, k=k) for m in MODES}
@@ -201,7 +202,7 @@ def sft_cmd(
                          "found in the index)")
     first = [pl[0].mode for pl in plans if pl]
     console.print(f"{len(examples)} warm-start examples from {len(items)} questions ({plan} plan; first searches: "
-                  + ", ".join(f"{m} {first.count(m)}" for m in ("passage", "graph", "hybrid"))
+                  + ", ".join(f"{m} {first.count(m)}" for m in MODES)
                   + (f"; {len(labels)} routing labels" if labels else "") + ")")
     hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr)
     folder = out / "adapter"

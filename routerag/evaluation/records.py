@@ -24,7 +24,8 @@ from typing import Any, TextIO
 from graph_index.corpus import content_hash
 from ..datasets import DatasetError, QAItem
 from ..metrics import answer_in_documents, exact_match, f1, gen_acc
-from ..retrieval import MODES, RetrievedDoc
+from ..retrieval import RetrievedDoc
+from ..vocabulary import MODES
 from .strategies import Outcome
 
 log = logging.getLogger(__name__)

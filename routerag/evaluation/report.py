@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..retrieval import MODES
+from ..vocabulary import MODES
 from .records import DEFINITIONS, RECALL_KS
 
 PLOTS = {

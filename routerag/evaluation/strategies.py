@@ -17,24 +17,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from ..policy.answering import Reader, answer_directly
 from ..policy.tokens import TokenCounter
 from ..policy.types import Generation, GenerationRequest, Generator
-from ..retrieval import Mode, RetrievedDoc
+from ..retrieval import RetrievedDoc
+from ..vocabulary import ASK_MODES, MODES, AskMode, Mode
 
 if TYPE_CHECKING:
     from ..engine import Engine
 
-Strategy = Literal["learned", "passage", "graph", "hybrid", "naive-rag", "naive-passage", "naive-graph",
-                   "naive-hybrid", "no-retrieval"]
-STRATEGIES: tuple[Strategy, ...] = ("learned", "passage", "graph", "hybrid", "naive-rag", "naive-passage",
-                                    "naive-graph", "naive-hybrid", "no-retrieval")
-NAIVE_STRATEGIES: dict[str, Mode | None] = {"naive-rag": None, "naive-passage": "passage", "naive-graph": "graph",
-                                            "naive-hybrid": "hybrid"}
+Strategy = Literal[AskMode, "naive-rag", "naive-passage", "naive-graph", "naive-hybrid", "no-retrieval"]
+STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
+NAIVE_STRATEGIES: dict[str, Mode | None] = {"naive-rag": None, **{f"naive-{m}": m for m in MODES}}
 """One search of the question itself in a fixed mode (None: the settings' ``retrieval.mode``), then the reader."""
-POLICY_STRATEGIES: tuple[Strategy, ...] = ("learned", "passage", "graph", "hybrid")
+POLICY_STRATEGIES: tuple[Strategy, ...] = ASK_MODES
 """Strategies that run the policy loop (and so have a format to get right)."""
 
 

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from ..retrieval import RetrievedDoc
+from ..vocabulary import ReaderPrompt
 from .parsing import close_stop
 from .prompt import DIRECT_TEMPLATE, DOCUMENTS_TEMPLATE, FEWSHOT_READER
 from .types import GenerationRequest, Generator
-
-ReaderPrompt = Literal["instruct", "fewshot"]
-
 
 def format_documents(docs: Sequence[RetrievedDoc]) -> str:
     return "\n".join(f"Doc {i} (Title: {d.title}) {d.text}" for i, d in enumerate(docs, 1))

@@ -19,11 +19,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from ..config import EMBEDDED_POLICY, EMBEDDED_ROUTER, GeneratorConfig, LoopSettings
-from .answering import ReaderPrompt
+from ..vocabulary import ReaderKind, ReaderPrompt
 from .prompt import DEFAULT_INSTRUCTION, load_template
 
 CARD_FILE = "routerag_policy.json"
-Reader = Literal["policy", "base", "generator"]
 
 
 class CardError(ValueError):
@@ -38,7 +37,7 @@ class PolicyCard(BaseModel):
     """The loop settings it was trained with (unset fields: the built-in defaults)."""
     template: str | None = None
     """The instruction template it was trained on; None: the built-in default."""
-    reader: Reader = "policy"
+    reader: ReaderKind = "policy"
     """Who writes the final answer: the policy in its ``<answer>``, the policy's base model with the adapter off
     reading the retrieved documents (s3's decoupled design: the router searches, the base model reads), or a
     configured ``answer_generator``."""
@@ -56,7 +55,7 @@ class ResolvedPolicy:
 
     loop: dict[str, int]
     template: str
-    reader: Reader
+    reader: ReaderKind
     reader_prompt: ReaderPrompt
     short_answer: bool
     card_path: Path | None

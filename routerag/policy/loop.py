@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import LOOP_DEFAULTS
-from ..retrieval import Mode, QueryError, RetrievalResult, RetrievedDoc
-from .answering import Reader, ReaderPrompt, format_documents
+from ..retrieval import QueryError, RetrievalResult, RetrievedDoc
+from ..vocabulary import Mode, ReaderPrompt
+from .answering import Reader, format_documents
 from .parsing import STOP_STRINGS, close_stop, parse_turn
 from .prompt import DEFAULT_INSTRUCTION, user_message
 from .tokens import TokenCounter

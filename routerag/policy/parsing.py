@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from ..retrieval import Mode
+from ..vocabulary import Mode
 
 STOP_STRINGS = ("</search>", "</answer>")
 

@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 
 from ..batching import MicroBatcher
-from ..retrieval import Mode, QueryError, RetrievalResult, RetrievedDoc, Retriever
+from ..retrieval import QueryError, RetrievalResult, RetrievedDoc, Retriever
+from ..vocabulary import Mode
 
 
 class LocalSearch:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from graph_index.llm_clients import UpstreamError as UpstreamError  # defined with the client factory; re-exported here
-from ..retrieval import Mode, RetrievalResult
-
-SegmentKind = Literal["prompt", "policy", "information"]
+from ..retrieval import RetrievalResult
+from ..vocabulary import Finish, Mode, SegmentKind, StepAction
 
 
 @dataclass(slots=True)
@@ -86,7 +85,7 @@ class Step:
     """One turn: what the policy thought and did, and what it cost."""
 
     index: int
-    action: Literal["search", "answer", "invalid", "over_budget", "forced_answer", "truncated"]
+    action: StepAction
     thought: str = ""
     mode: Mode | None = None
     mode_tags: list[str] = field(default_factory=list)
@@ -115,7 +114,7 @@ class Trajectory:
     """What the policy itself wrote in ``<answer>`` (differs from ``answer`` only with an answer generator)."""
     steps: list[Step] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
-    finish: Literal["answer", "forced_answer", "no_answer", "error"] = "no_answer"
+    finish: Finish = "no_answer"
     retrieved: list[RetrievalResult] = field(default_factory=list)
     """Every search's result, in order (documents with scores and retrieval timings)."""
     answer_generation_ms: float = 0.0

@@ -1,5 +1,5 @@
 """Query-time retrieval over a built index: dense, graph (Personalized PageRank) and hybrid (RRF)."""
 
-from .retriever import MODES, Mode, QueryError, RetrievalResult, RetrievedDoc, Retriever
+from .retriever import QueryError, RetrievalResult, RetrievedDoc, Retriever
 
-__all__ = ["MODES", "Mode", "QueryError", "RetrievalResult", "RetrievedDoc", "Retriever"]
+__all__ = ["QueryError", "RetrievalResult", "RetrievedDoc", "Retriever"]

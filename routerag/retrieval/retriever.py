@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -29,6 +29,7 @@ from graph_index.embedders import Embedder, make_embedder
 from graph_index.llm_clients import resolve_api_key
 from graph_index.store import IndexData
 from routerag.config import RetrievalConfig
+from routerag.vocabulary import MODES, Mode
 
 from .fact_filter import LLMFactFilter
 from .facts import FactScorer, top_rows
@@ -36,10 +37,6 @@ from .fusion import reciprocal_rank_fusion
 from .ppr import PPRSolver, igraph_ppr
 
 log = logging.getLogger(__name__)
-
-Mode = Literal["passage", "graph", "hybrid"]
-MODES: tuple[Mode, ...] = ("passage", "graph", "hybrid")
-
 
 class QueryError(ValueError):
     """A query the retriever cannot take (empty, too long, unknown mode)."""
@@ -134,7 +131,7 @@ class Retriever:
         batch encoding across requests or reuse vectors.
         """
         mode = mode or self.cfg.mode
-        k = k or self.cfg.top_k
+        k = k or self.cfg.k
         if mode not in MODES:
             raise QueryError(f"unknown mode {mode!r}; choose passage, graph or hybrid")
         if k < 1:
