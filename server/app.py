@@ -37,13 +37,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from routerag import __version__
 from routerag.config import Settings
 from routerag.engine import Engine
-from routerag.policy.types import Trajectory
+from routerag.policy.types import Summary
 from routerag.retrieval import QueryError, RetrievalResult
 
 from .admission import Gate, Overloaded, Slot, ask_limits, retrieve_limits
 from .metrics import DISCONNECTED_STATE, ServerMetrics, MetricsMiddleware
 from .protocol import (STREAM_EVENTS, AskRequest, AskResponse, Document, ErrorResponse, RetrieveRequest,
-                       RetrieveResponse, ScoredDocument, StatusResponse, TokenUsage, request_models)
+                       RetrieveResponse, ScoredDocument, StatusResponse, request_models)
 from .security import APIKeyMiddleware, BodyLimitMiddleware, JSONContentTypeMiddleware, error_response
 
 log = logging.getLogger(__name__)
@@ -67,12 +67,9 @@ class APIError(Exception):
         return {"error": {"type": self.kind, "message": self.message}}
 
 
-def ask_response(traj: Trajectory, total_ms: float) -> AskResponse:
-    """The wire form of a finished trajectory."""
-    return AskResponse(answer=traj.answer, trace=traj.trace(), searches=traj.searches,
-                       retrieval_ms=traj.retrieval_ms, generation_ms=traj.generation_ms, total_ms=round(total_ms, 3),
-                       tokens=TokenUsage(prompt=traj.prompt_tokens, completion=traj.completion_tokens),
-                       finish=traj.finish)
+def ask_response(summary: Summary, total_ms: float) -> AskResponse:
+    """The wire form of a finished trajectory's summary."""
+    return AskResponse(**summary.to_json(), total_ms=round(total_ms, 3))
 
 
 def retrieve_response(results: list[RetrievalResult], mode: str, with_scores: bool) -> RetrieveResponse:
@@ -210,8 +207,8 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
             metrics.errors.labels(route, "overloaded").inc()
             raise APIError(503, "overloaded", exc.message, {"Retry-After": str(exc.retry_after_s)}) from None
 
-    async def run_ask(req: AskRequest, slot: Slot, deadline: float, on_event: Any = None) -> Trajectory:
-        """The trajectory, within what is left of the request's time; frees ``slot`` however it ends."""
+    async def run_ask(req: AskRequest, slot: Slot, deadline: float, on_event: Any = None) -> Summary:
+        """The trajectory's summary, within what is left of the request's time; frees ``slot`` however it ends."""
         served = False
         try:
             traj = await asyncio.wait_for(engine.ask(req.question, mode=req.mode, budget=req.budget, k=req.k,
@@ -226,11 +223,11 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
             raise mapped from exc
         finally:
             slot.release(served)
-        for step in traj.steps:
-            if step.action == "search" and step.mode:
-                metrics.searches.labels(step.mode, "ask").inc()
-        metrics.finish.labels(traj.finish).inc()
-        return traj
+        summary = traj.summary()
+        for search in summary.searches:
+            metrics.searches.labels(search.mode, "ask").inc()
+        metrics.finish.labels(summary.finish).inc()
+        return summary
 
     async def until_disconnect(request: Request, work: Any) -> Any:
         """Await ``work``, or cancel it and return None as soon as the client disconnects: an abandoned question
@@ -275,7 +272,7 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
                     continue  # replaced by the full payload below
                 yield ServerSentEvent(data=json.dumps(event, ensure_ascii=False), event=str(event.get("type")))
             try:
-                traj = task.result()
+                summary = task.result()
             except APIError as exc:
                 yield ServerSentEvent(data=json.dumps(exc.body()), event="error")
                 ended["yes"] = True
@@ -287,7 +284,7 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
                 yield ServerSentEvent(data=json.dumps(body), event="error")
                 ended["yes"] = True
                 return
-            payload = ask_response(traj, (time.perf_counter() - t0) * 1000)
+            payload = ask_response(summary, (time.perf_counter() - t0) * 1000)
             yield ServerSentEvent(data=payload.model_dump_json(), event="done")
             ended["yes"] = True
         finally:
@@ -329,12 +326,12 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
             return EventSourceResponse(stream_events(req, t0, slot, deadline, ended),
                                        client_close_handler_callable=stream_disconnect_handler(request, ended),
                                        background=BackgroundTask(slot.release))
-        traj = await until_disconnect(request, run_ask(req, slot, deadline))
-        if traj is None:
+        summary = await until_disconnect(request, run_ask(req, slot, deadline))
+        if summary is None:
             slot.release()
             return client_left()
         # serialised once here: FastAPI would validate the model again against response_model before dumping it
-        return Response(ask_response(traj, (time.perf_counter() - t0) * 1000).model_dump_json(),
+        return Response(ask_response(summary, (time.perf_counter() - t0) * 1000).model_dump_json(),
                         media_type="application/json")
 
     def client_left() -> Response:

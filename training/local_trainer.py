@@ -169,7 +169,7 @@ class LocalGRPOTrainer:
         stats = self.update(seqs, adv, groups)
         t_update = time.perf_counter() - t1
         self.step = step
-        modes = Counter(s.mode for t in trajs for s in t.steps if s.action == "search")
+        modes = Counter(m for r in rollouts for m in r.modes)
         n_search = sum(modes.values())
         metrics = {
             "step": step, "stage": self.stage(step), "reward_preset": self.cfg.stage1_reward if self.stage(step) == 1
@@ -177,10 +177,10 @@ class LocalGRPOTrainer:
             "reward": float(totals.mean()),
             "reward_parts": {k: float(np.mean([r.parts[k] for r in rewards])) for k in rewards[0].parts},
             "em": float(np.mean([r.parts["em"] for r in rewards])),
-            "format_ok": float(np.mean([t.format_ok for t in trajs])),
-            "answered": float(np.mean([t.answer is not None for t in trajs])),
-            "searches": float(np.mean([t.searches for t in trajs])),
-            "retrieval_ms": float(np.mean([t.retrieval_ms for t in trajs])),
+            "format_ok": float(np.mean([r.format_ok for r in rollouts])),
+            "answered": float(np.mean([r.answer is not None for r in rollouts])),
+            "searches": float(np.mean([r.searches for r in rollouts])),
+            "retrieval_ms": float(np.mean([r.retrieval_ms for r in rollouts])),
             "mode_mix": {m: round(c / n_search, 4) for m, c in modes.items()} if n_search else {},
             "response_tokens": float(np.mean([s.policy_tokens for s in seqs])),
             **stats,

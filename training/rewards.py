@@ -29,18 +29,21 @@ import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from routerag.metrics import answer_in_documents, exact_match, f1, gen_acc
 
+if TYPE_CHECKING:  # the reward worker needs only the metrics; the loop's types come with the rollout
+    from routerag.policy.types import Summary, Trajectory
+
 
 @dataclass(slots=True)
 class Rollout:
-    """What a reward may look at: a summary of one finished trajectory (JSON-serialisable, so it can travel through
-    verl's ``extra_fields``)."""
+    """What a reward may look at: a trajectory's :class:`~routerag.policy.types.Summary` as flat JSON (it travels
+    through verl's ``extra_fields``)."""
 
     answer: str | None
     searches: int = 0
@@ -55,13 +58,16 @@ class Rollout:
     """Every distinct document retrieved, as "title text", in retrieval order (what the retrieval outcome reads)."""
 
     @classmethod
-    def from_trajectory(cls, traj: Any) -> Rollout:
-        searches = [s for s in traj.steps if s.action == "search"]
-        docs = {f"{d.title} {d.text}": None for res in traj.retrieved for d in res.docs}
-        return cls(answer=traj.answer, searches=len(searches), retrieval_ms=traj.retrieval_ms,
-                   format_ok=traj.format_ok, queries=[s.query for s in searches if s.query],
-                   step_titles=[list(s.doc_titles) for s in searches], modes=[str(s.mode) for s in searches],
-                   documents=list(docs))
+    def from_summary(cls, summary: Summary) -> Rollout:
+        searches = summary.searches
+        return cls(answer=summary.answer, searches=len(searches), retrieval_ms=summary.retrieval_ms,
+                   format_ok=bool(summary.format_ok), queries=[s.query for s in searches if s.query],
+                   step_titles=[list(s.doc_titles) for s in searches], modes=[s.mode for s in searches],
+                   documents=list(dict.fromkeys(f"{d.title} {d.text}" for d in summary.documents)))
+
+    @classmethod
+    def from_trajectory(cls, traj: Trajectory) -> Rollout:
+        return cls.from_summary(traj.summary())
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -50,7 +50,8 @@ def ask_cmd(
     engine = Engine(index, settings)
     traj = asyncio.run(engine.ask(question, mode=mode, budget=budget, k=k))  # type: ignore[arg-type]
     if json_out:
-        sys.stdout.write(json.dumps(trajectory_json(traj), ensure_ascii=False, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"question": traj.question, **traj.summary().to_json(), "text": traj.text},
+                                    ensure_ascii=False, indent=2) + "\n")
         return
     t = Table(title=question, title_justify="left")
     for col in ("#", "action", "mode", "query / answer", "docs", "retrieval ms", "generation ms"):
@@ -62,9 +63,3 @@ def ask_cmd(
     console.print(f"[bold]answer:[/] {traj.answer if traj.answer is not None else '(none)'}"
                   f"   ({traj.searches} searches, {traj.finish})")
 
-
-def trajectory_json(traj) -> dict:  # noqa: ANN001 - Trajectory
-    return {"question": traj.question, "answer": traj.answer, "finish": traj.finish, "searches": traj.searches,
-            "retrieval_ms": traj.retrieval_ms, "generation_ms": traj.generation_ms,
-            "tokens": {"prompt": traj.prompt_tokens, "completion": traj.completion_tokens},
-            "trace": traj.trace(), "text": traj.text}

@@ -4,8 +4,8 @@ and no retrieval; resumable per-question records and reports with plots."""
 
 from .records import DEFINITIONS, RECALL_KS, ResultsLog, score, summarize, tradeoff
 from .runner import EvalOptions, EvaluationError, StrategyRun, evaluate, evaluate_strategy, run_evaluation
-from .strategies import STRATEGIES, Outcome, Strategy, parse_strategies, run_strategy
+from .strategies import STRATEGIES, Strategy, parse_strategies, run_strategy
 
-__all__ = ["DEFINITIONS", "RECALL_KS", "STRATEGIES", "EvalOptions", "EvaluationError", "Outcome", "ResultsLog",
+__all__ = ["DEFINITIONS", "RECALL_KS", "STRATEGIES", "EvalOptions", "EvaluationError", "ResultsLog",
            "Strategy", "StrategyRun", "evaluate", "evaluate_strategy", "parse_strategies", "run_evaluation",
            "run_strategy", "score", "summarize", "tradeoff"]

@@ -26,7 +26,8 @@ from ..datasets import DatasetError, QAItem
 from ..metrics import answer_in_documents, exact_match, f1, gen_acc
 from ..retrieval import RetrievedDoc
 from ..vocabulary import MODES
-from .strategies import Outcome
+from ..policy.types import Summary
+from .strategies import NO_RETRIEVAL
 
 log = logging.getLogger(__name__)
 
@@ -65,34 +66,35 @@ def distinct_docs(docs: Iterable[RetrievedDoc]) -> list[tuple[RetrievedDoc, str]
     return out
 
 
-def score(item: QAItem, strategy: str, outcome: Outcome, wall_ms: float, *, error: str | None = None) -> dict[str, Any]:
+def score(item: QAItem, strategy: str, outcome: Summary, wall_ms: float, *, error: str | None = None) -> dict[str, Any]:
     """The per-question record written to ``<strategy>.jsonl``."""
-    docs = distinct_docs(outcome.docs)
+    docs = distinct_docs(outcome.documents)
     keys = [(d.title, h) for d, h in docs]
+    retrieves = strategy != NO_RETRIEVAL  # recall of a strategy that never retrieves is undefined, not 0
     recall: dict[str, float | None] = {}
     for k in RECALL_KS:
-        recall[f"recall@{k}"] = item.support_recall(keys, k) if outcome.retrieves else None
-    recall["recall_all"] = item.support_recall(keys, len(keys)) if outcome.retrieves else None
+        recall[f"recall@{k}"] = item.support_recall(keys, k) if retrieves else None
+    recall["recall_all"] = item.support_recall(keys, len(keys)) if retrieves else None
     rec: dict[str, Any] = {
         "id": item.id,
         "strategy": strategy,
         "question": item.question,
         "type": question_type(item),
         "answers": item.answers,
-        "prediction": outcome.prediction,
-        "em": exact_match(outcome.prediction, item.answers),
-        "f1": f1(outcome.prediction, item.answers),
-        "gen_acc": gen_acc(outcome.prediction, item.answers),
+        "prediction": outcome.answer,
+        "em": exact_match(outcome.answer, item.answers),
+        "f1": f1(outcome.answer, item.answers),
+        "gen_acc": gen_acc(outcome.answer, item.answers),
         "answer_recall": (answer_in_documents([f"{d.title} {d.text}" for d, _ in docs], item.answers)
-                          if outcome.retrieves else None),
+                          if retrieves else None),
         **recall,
         "gold_passages": len(item.supporting),
         "retrieved": len(docs),
         "searches": len(outcome.searches),
-        "modes": [m for m, _ in outcome.searches],
-        "queries": [q for _, q in outcome.searches],
-        "retrieval_ms": round(sum(outcome.search_ms), 3),
-        "search_ms": [round(x, 3) for x in outcome.search_ms],
+        "modes": [s.mode for s in outcome.searches],
+        "queries": [s.query for s in outcome.searches],
+        "retrieval_ms": outcome.retrieval_ms,
+        "search_ms": [round(s.retrieval_ms, 3) for s in outcome.searches],
         "generation_ms": round(outcome.generation_ms, 3),
         "prompt_tokens": outcome.prompt_tokens,
         "completion_tokens": outcome.completion_tokens,

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from ..datasets import QAItem, load_questions
 from .records import ResultsLog, score, summarize
 from .report import write_dataset_report, write_overview
-from .strategies import POLICY_STRATEGIES, Outcome, Strategy, parse_strategies, run_strategy
+from ..policy.types import Summary
+from .strategies import NO_RETRIEVAL, POLICY_STRATEGIES, Strategy, parse_strategies, run_strategy
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -110,7 +111,7 @@ def _fingerprint(config: dict[str, Any], strategy: str) -> dict[str, Any]:
         if isinstance(fp.get("loop"), dict):  # the reader and what it reads matter, not the policy's own loop
             fp["loop"] = {key: fp["loop"].get(key) for key in ("reader", "reader_prompt", "short_answer", "k",
                                                                "max_information_tokens")}
-    if strategy == "no-retrieval":
+    if strategy == NO_RETRIEVAL:
         for key in ("index", "retrieval", "k"):
             fp.pop(key, None)
     return fp
@@ -178,7 +179,7 @@ async def evaluate_strategy(engine: Engine, items: Sequence[QAItem], strategy: S
                 error = None
             except Exception as exc:  # noqa: BLE001 - one failing question must not lose the others
                 log.warning("%s %s: %s: %s", strategy, item.id, type(exc).__name__, exc)
-                outcome = Outcome(prediction=None, finish="error", retrieves=strategy != "no-retrieval")
+                outcome = Summary(answer=None, finish="error")
                 error = f"{type(exc).__name__}: {exc}"
             return score(item, strategy, outcome, (time.perf_counter() - t0) * 1000, error=error)
 

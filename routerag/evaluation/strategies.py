@@ -16,13 +16,12 @@ batches.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Literal, get_args
 
 from ..policy.answering import Reader, answer_directly
 from ..policy.tokens import TokenCounter
-from ..policy.types import Generation, GenerationRequest, Generator
-from ..retrieval import RetrievedDoc
+from ..policy.types import Generation, GenerationRequest, Generator, SearchRecord, Summary
 from ..vocabulary import ASK_MODES, MODES, AskMode, Mode
 
 if TYPE_CHECKING:
@@ -34,6 +33,8 @@ NAIVE_STRATEGIES: dict[str, Mode | None] = {"naive-rag": None, **{f"naive-{m}": 
 """One search of the question itself in a fixed mode (None: the settings' ``retrieval.mode``), then the reader."""
 POLICY_STRATEGIES: tuple[Strategy, ...] = ASK_MODES
 """Strategies that run the policy loop (and so have a format to get right)."""
+NO_RETRIEVAL: Strategy = "no-retrieval"
+"""The strategy that never retrieves (its recall is undefined rather than 0)."""
 
 
 def parse_strategies(spec: str | list[str] | tuple[str, ...]) -> list[Strategy]:
@@ -50,26 +51,6 @@ def parse_strategies(spec: str | list[str] | tuple[str, ...]) -> list[Strategy]:
     if not out:
         raise ValueError(f"no modes given; choose from {', '.join(STRATEGIES)}")
     return out
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What a strategy produced for one question: the answer, every search and every document, and the cost."""
-
-    prediction: str | None
-    finish: str
-    retrieves: bool
-    """False for ``no-retrieval``: its recall is undefined rather than 0."""
-    searches: list[tuple[Mode, str]] = field(default_factory=list)
-    """(mode, query) of each search, in order."""
-    search_ms: list[float] = field(default_factory=list)
-    docs: list[RetrievedDoc] = field(default_factory=list)
-    """Every retrieved document in retrieval order, repeats included."""
-    generation_ms: float = 0.0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    format_ok: bool | None = None
-    """Policy strategies: the policy answered in format without invalid turns or forcing; None otherwise."""
 
 
 class MeteredGenerator:
@@ -100,19 +81,12 @@ class MeteredGenerator:
 
 
 async def run_strategy(engine: Engine, question: str, strategy: Strategy, *, budget: int | None = None,
-                       k: int | None = None) -> Outcome:
+                       k: int | None = None) -> Summary:
     """Answer ``question`` with ``strategy``. ``budget`` and ``k`` override the policy settings (``k`` is also the
     number of documents naive RAG retrieves)."""
     if strategy in POLICY_STRATEGIES:
         traj = await engine.ask(question, mode=strategy, budget=budget, k=k)  # type: ignore[arg-type]
-        steps = [s for s in traj.steps if s.action == "search"]
-        return Outcome(
-            prediction=traj.answer, finish=traj.finish, retrieves=True,
-            searches=[(s.mode or "passage", s.query or "") for s in steps],
-            search_ms=[s.retrieval_ms for s in steps],
-            docs=[d for res in traj.retrieved for d in res.docs],
-            generation_ms=traj.generation_ms, prompt_tokens=traj.prompt_tokens,
-            completion_tokens=traj.completion_tokens, format_ok=traj.format_ok)
+        return traj.summary()
     # the same reader as the policy's final answer (model, prompt, short-answer step): the answer generator, the
     # policy's base model, or the policy model itself
     reader = engine.loop_config.reader
@@ -125,11 +99,12 @@ async def run_strategy(engine: Engine, question: str, strategy: Strategy, *, bud
         ms = res.ms if res.timings_ms else (time.perf_counter() - t0) * 1000
         docs = engine.loop.read_documents([res], replace(engine.loop_config, k=top_k))
         answer = await Reader(gen, reader.prompt, reader.short_answer).read(question, docs)
-        return Outcome(prediction=answer, finish="answer", retrieves=True, searches=[(mode, question)],
-                       search_ms=[round(ms, 3)], docs=list(res.docs), generation_ms=round(gen.generation_ms, 3),
+        return Summary(answer, "answer", searches=[SearchRecord(mode, question, round(ms, 3),
+                                                                [d.title for d in res.docs])],
+                       documents=list(res.docs), generation_ms=round(gen.generation_ms, 3),
                        prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens)
-    if strategy == "no-retrieval":
+    if strategy == NO_RETRIEVAL:
         answer = await answer_directly(gen, question)
-        return Outcome(prediction=answer, finish="answer", retrieves=False, generation_ms=round(gen.generation_ms, 3),
-                       prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens)
+        return Summary(answer, "answer", generation_ms=round(gen.generation_ms, 3), prompt_tokens=gen.prompt_tokens,
+                       completion_tokens=gen.completion_tokens)
     raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")

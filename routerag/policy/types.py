@@ -1,4 +1,5 @@
-"""Data that flows through the policy loop: generation requests and results, and the finished trajectory."""
+"""Data that flows through the policy loop: generation requests and results, the finished trajectory, and its
+summary (the one view of a trajectory the server, ``routerag ask``, evaluation and the rewards read)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from graph_index.llm_clients import UpstreamError as UpstreamError  # defined with the client factory; re-exported here
-from ..retrieval import RetrievalResult
+from ..retrieval import RetrievalResult, RetrievedDoc
 from ..vocabulary import Finish, Mode, SegmentKind, StepAction
 
 
@@ -157,3 +158,57 @@ class Trajectory:
 
     def trace(self) -> list[dict[str, Any]]:
         return [s.to_json() for s in self.steps]
+
+    def summary(self) -> Summary:
+        return Summary.from_trajectory(self)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRecord:
+    """One search a trajectory made: its mode and query, what it cost and the titles it brought back."""
+
+    mode: Mode
+    query: str
+    retrieval_ms: float
+    doc_titles: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Summary:
+    """What a question's answering came to: the answer, how it ended, every search and document, and the cost.
+
+    Made once from a :class:`Trajectory` (:meth:`from_trajectory`), or directly by a strategy that runs no policy
+    (evaluation's naive baselines), and read by every consumer: the server's response and ``routerag ask --json``
+    (:meth:`to_json`), evaluation records and the rewards' :class:`~training.rewards.Rollout`."""
+
+    answer: str | None
+    finish: Finish
+    format_ok: bool | None = None
+    """The policy answered in format on its own (no invalid turn, no forcing); None when no policy ran."""
+    searches: list[SearchRecord] = field(default_factory=list)
+    documents: list[RetrievedDoc] = field(default_factory=list)
+    """Every retrieved document in retrieval order, repeats included."""
+    generation_ms: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    """The policy's steps (:meth:`Step.to_json`); empty when no policy ran."""
+
+    @classmethod
+    def from_trajectory(cls, traj: Trajectory) -> Summary:
+        searches = [SearchRecord(s.mode or "passage", s.query or "", s.retrieval_ms, list(s.doc_titles))
+                    for s in traj.steps if s.action == "search"]
+        return cls(answer=traj.answer, finish=traj.finish, format_ok=traj.format_ok, searches=searches,
+                   documents=[d for res in traj.retrieved for d in res.docs], generation_ms=traj.generation_ms,
+                   prompt_tokens=traj.prompt_tokens, completion_tokens=traj.completion_tokens, trace=traj.trace())
+
+    @property
+    def retrieval_ms(self) -> float:
+        return round(sum(s.retrieval_ms for s in self.searches), 3)
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer with its cost and trace, as ``/ask`` answers it (less the request's total time) and
+        ``routerag ask --json`` prints it."""
+        return {"answer": self.answer, "finish": self.finish, "searches": len(self.searches),
+                "retrieval_ms": self.retrieval_ms, "generation_ms": self.generation_ms,
+                "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens}, "trace": self.trace}
