@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 
 from routerag.config import Settings  # noqa: E402
-from routerag.policy.prompt import chatml  # noqa: E402
+from routerag.prompts import chatml  # noqa: E402
 from routerag.policy.types import Generation, GenerationRequest  # noqa: E402
 
 _QUESTION = re.compile(r"Question: (.*?)\n?<\|im_end\|>", re.DOTALL)

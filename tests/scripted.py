@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from routerag.policy.prompt import chatml
+from routerag.prompts import chatml
 from routerag.policy.types import Generation, GenerationRequest
 from routerag.retrieval import RetrievalResult, RetrievedDoc
 from routerag.vocabulary import Mode

@@ -16,7 +16,7 @@ from typing import Any
 
 import uvicorn
 
-from routerag.policy.prompt import chatml
+from routerag.prompts import chatml
 from routerag.policy.types import Generation, GenerationRequest
 
 FIX = Path(__file__).parent / "fixtures"

@@ -147,7 +147,7 @@ def test_the_shipped_router_adapter_loads_and_speaks_the_search_format() -> None
     from routerag.config import EMBEDDED_ROUTER
     from routerag.policy import parse_turn
     from routerag.policy.backends.transformers_backend import TransformersGenerator
-    from routerag.policy.prompt import DEFAULT_INSTRUCTION, user_message
+    from routerag.prompts import DEFAULT_INSTRUCTION, user_message
 
     assert GeneratorConfig().model == EMBEDDED_ROUTER
     gen = TransformersGenerator(GeneratorConfig())

@@ -17,9 +17,8 @@ from routerag.config import Settings
 from routerag.engine import Engine
 from routerag.evaluation import (EvalOptions, ResultsLog, evaluate_strategy, parse_strategies, run_evaluation,
                                  summarize, tradeoff)
-from routerag.policy.answering import DIRECT_TEMPLATE
 from routerag.policy.card import resolve_policy
-from routerag.policy.prompt import chatml
+from routerag.prompts import DIRECT_TEMPLATE, chatml
 
 from .scripted import CharTokenizer, FakeSearch, ScriptedGenerator
 

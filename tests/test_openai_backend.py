@@ -20,8 +20,7 @@ from routerag.engine import Engine
 from graph_index.llm_clients import UpstreamError
 from routerag.policy import LoopConfig, PolicyLoop, Trajectory
 from routerag.policy.backends.openai_backend import CONTINUE_FIELDS, OpenAIGenerator
-from routerag.policy.loop import BUDGET_NOTICE, INVALID_NOTICE
-from routerag.policy.prompt import DEFAULT_INSTRUCTION, chatml, user_message
+from routerag.prompts import BUDGET_NOTICE, DEFAULT_INSTRUCTION, INVALID_NOTICE, chatml, user_message
 from routerag.retrieval import Retriever
 from server.app import create_app
 

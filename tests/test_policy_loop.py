@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from routerag.policy import LoopConfig, PolicyLoop, parse_turn
-from routerag.policy.loop import BUDGET_NOTICE, INVALID_NOTICE
+from routerag.prompts import BUDGET_NOTICE, INVALID_NOTICE
 
 from .scripted import CharTokenizer, FakeSearch, ScriptedGenerator
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from routerag.datasets import DatasetError, GoldPassage, QAItem, load_questions
-from routerag.policy.prompt import DEFAULT_INSTRUCTION, user_message
+from routerag.prompts import DEFAULT_INSTRUCTION, user_message
 
 _QUESTION = re.compile(r"Question:\s*(.+?)\s*$", re.DOTALL)
 

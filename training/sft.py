@@ -10,7 +10,8 @@ Each training example is a trajectory the policy *could* have produced. Two plan
   :func:`training.data.routing_labels`), and a second search in another mode when the first misses the answer.
 
 The last turn quotes the sentence that holds the answer and copies the answer from it. The information blocks are
-formatted by the policy loop itself, and only the tokens the policy would write are trained on.
+formatted as the policy loop formats them (:func:`routerag.policy.loop.information_block`), the thoughts and search
+tags come from :mod:`routerag.prompts`, and only the tokens the policy would write are trained on.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from typing import Any
 import torch
 
 from routerag.datasets import QAItem
-from routerag.policy import LoopConfig, PolicyLoop
-from routerag.policy.prompt import DEFAULT_INSTRUCTION, user_message
+from routerag.policy.loop import information_block
+from routerag.policy.tokens import TokenCounter
+from routerag.prompts import (DEFAULT_INSTRUCTION, FIRST_THOUGHTS, GUESS_THOUGHTS, NEXT_THOUGHTS, QUOTE_THOUGHTS,
+                              SEARCH_TAGS, user_message)
 from routerag.retrieval import RetrievalResult, RetrievedDoc
 from routerag.vocabulary import Mode
 
@@ -38,19 +41,6 @@ from .sequences import TokenSequence, micro_batches
 
 log = logging.getLogger(__name__)
 
-MODE_TAGS: dict[str, str] = {"passage": "[passage]", "graph": "[graph]", "hybrid": "[graph][passage]"}
-"""How the policy writes each retrieval mode (the parser reads both tags as hybrid)."""
-
-# Thoughts vary and carry content (the question, the page found, the answer read from it): with one fixed sentence
-# per turn, a 135M model learned to repeat the sentences (even as its answer) instead of reading the documents.
-FIRST_THOUGHTS = ("I need to look this up.", "I do not know this; I will search for it.",
-                  "Question: {question} I should search.", "Let me search for {query}.")
-NEXT_THOUGHTS = ("I found {title}; I need one more search.", "The page {title} helps, but I need one more search.",
-                 "Now I search for {query}.", "The documents do not say it; I will search another way.")
-QUOTE_THOUGHTS = ('{title} says: "{sentence}"', 'The documents say: "{sentence}"', 'From {title}: "{sentence}"')
-GUESS_THOUGHTS = ("The documents do not say it directly.", "I did not find it stated; my best guess follows.")
-
-
 @dataclass(slots=True)
 class PlannedSearch:
     """One search of a warm-start trajectory: the mode the policy names, its query, and what comes back."""
@@ -58,22 +48,6 @@ class PlannedSearch:
     mode: Mode
     query: str
     docs: list[RetrievedDoc]
-
-
-class _NoGeneration:
-    """Lets us borrow :meth:`PolicyLoop.information_block` (one format everywhere) without a real backend."""
-
-    name = "none"
-    tracks_tokens = True
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-
-    def render_prompt(self, user_message: str) -> tuple[str, list[int]]:  # pragma: no cover - not used
-        raise NotImplementedError
-
-    async def generate(self, request: Any) -> Any:  # pragma: no cover - not used
-        raise NotImplementedError
 
 
 def gold_documents(item: QAItem, texts_by_title: dict[str, str]) -> list[RetrievedDoc]:
@@ -88,7 +62,7 @@ def gold_documents(item: QAItem, texts_by_title: dict[str, str]) -> list[Retriev
 def gold_plan(item: QAItem, docs: Sequence[RetrievedDoc], rng: random.Random) -> list[PlannedSearch]:
     """The format-only warm start (FrugalRAG): the gold passages as if retrieved, in one search or two (the
     subject's page, then the rest), each in a random mode, so no mode is taught as the default."""
-    modes = list(MODE_TAGS)
+    modes = list(SEARCH_TAGS)
     if len(docs) >= 2 and rng.random() < 0.5:
         return [PlannedSearch(rng.choice(modes), docs[0].title, [docs[0]]),  # type: ignore[arg-type]
                 PlannedSearch(rng.choice(modes), item.question, list(docs[1:]))]  # type: ignore[arg-type]
@@ -136,8 +110,7 @@ def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, r
     answer and the answer is copied from it verbatim (a short span, not a sentence)."""
     if not plan or not item.answers:
         return None
-    loop = PolicyLoop(_NoGeneration(tokenizer), None,  # type: ignore[arg-type]
-                      LoopConfig(max_information_tokens=max_information_tokens, k=k))
+    counter = TokenCounter(tokenizer)
     messages = [{"role": "user", "content": user_message(template, item.question)}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     parts: list[tuple[str, int]] = [(prompt, 0)]
@@ -147,10 +120,10 @@ def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, r
         else:
             first_title = plan[0].docs[0].title if plan[0].docs else "nothing"
             think = rng.choice(NEXT_THOUGHTS).format(title=first_title, query=step.query)
-        parts.append((f"<think>{think}</think>\n<search>{MODE_TAGS[step.mode]} {step.query}</search>", 1))
-        parts.append((loop.information_block(RetrievalResult(step.query, step.mode, step.docs)), 0))
+        parts.append((f"<think>{think}</think>\n<search>{SEARCH_TAGS[step.mode]} {step.query}</search>", 1))
+        parts.append((information_block(step.docs, counter, max_information_tokens), 0))
     seen = [d for step in plan for d in step.docs]
-    found = answer_span([RetrievedDoc(d.id, d.title, loop.counter.truncate(d.text, max_information_tokens // k),
+    found = answer_span([RetrievedDoc(d.id, d.title, counter.truncate(d.text, max_information_tokens // k),
                                       d.score) for d in seen], item.answers)
     if found is not None:
         doc, sentence, answer = found

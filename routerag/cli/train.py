@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..config import Settings, load_settings
+from ..vocabulary import MODES
 from .common import console, handle_errors, print_json, setup_logging
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,6 @@ def sft_cmd(
         plans = [gold_plan(it, gold_documents(it, texts), rng) if gold_documents(it, texts) else [] for it in items]
     else:
         from ..retrieval import Retriever
-        from ..vocabulary import MODES
 
         retriever = Retriever(index, settings.retrieval)
         results = {m: retriever.search([it.question for it in items], mode=m, k=k) for m in MODES}
@@ -232,7 +232,7 @@ def prepare_cmd(
     """Write OUT/<split>.parquet (verl's RL format, our policy prompt) and OUT/<split>.jsonl (local trainer, eval)."""
     from training.data import prepare, solved_ids
 
-    from ..policy.prompt import load_template
+    from ..prompts import load_template
 
     template = load_template(load_settings(Settings, config).policy.template_file)
     keep = solved_ids(solved_in) if solved_in is not None else None

@@ -13,12 +13,8 @@ from dataclasses import dataclass
 from ..retrieval import RetrievedDoc
 from ..vocabulary import ReaderPrompt
 from .parsing import close_stop
-from .prompt import DIRECT_TEMPLATE, DOCUMENTS_TEMPLATE, FEWSHOT_READER
+from ..prompts import DIRECT_TEMPLATE, DOCUMENTS_TEMPLATE, FEWSHOT_READER, format_documents
 from .types import GenerationRequest, Generator
-
-def format_documents(docs: Sequence[RetrievedDoc]) -> str:
-    return "\n".join(f"Doc {i} (Title: {d.title}) {d.text}" for i, d in enumerate(docs, 1))
-
 
 def extract_answer(text: str) -> str:
     """The text inside the first ``<answer>`` (or the whole reply when the model skipped the tags)."""
@@ -53,7 +49,7 @@ async def answer_directly(generator: Generator, question: str, *, max_tokens: in
 
 async def answer_fewshot(generator: Generator, question: str, docs: Sequence[RetrievedDoc], *,
                          max_tokens: int = 24, temperature: float | None = 0.0) -> str:
-    """The few-shot completion reader (:data:`~routerag.policy.prompt.FEWSHOT_READER`): the answer is the rest of
+    """The few-shot completion reader (:data:`~routerag.prompts.FEWSHOT_READER`): the answer is the rest of
     the ``Answer:`` line."""
     text = FEWSHOT_READER.format(documents=format_documents(docs), question=" ".join(question.split()))
     gen = await generator.generate(GenerationRequest(prompt_text=text, prompt_ids=None, max_tokens=max_tokens,

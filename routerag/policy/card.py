@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..config import EMBEDDED_POLICY, EMBEDDED_ROUTER, GeneratorConfig, LoopSettings
 from ..vocabulary import ReaderKind, ReaderPrompt
-from .prompt import DEFAULT_INSTRUCTION, load_template
+from ..prompts import DEFAULT_INSTRUCTION, load_template
 
 CARD_FILE = "routerag_policy.json"
 

@@ -1,27 +1,39 @@
 """The policy loop (RouteRAG, Algorithm 1), written once and used by the server, evaluation and both trainers.
 
-Generate until ``</search>``, ``</answer>`` or the end of the sequence; on a search, retrieve k documents in the mode
-the policy chose and append them as ``<information>``; after the search budget, force an answer. Every turn is traced
-(thought, mode, query, documents, timings, tokens). When the backend works on tokens, the context is kept as token
-ids too and the trajectory records which tokens the policy generated and which were appended, so a trainer can
-mask the information out of the loss.
+A trajectory is a small state machine, in the style of verl's ``ToolAgentLoop``: one handler per state, each doing
+one thing and returning the next state, with everything the trajectory carries in one :class:`_Run`.
+
+* ``GENERATE``: the policy writes a turn. An answer ends it (→ ``ANSWER``); a search goes on (→ ``SEARCH``); a turn
+  with neither gets a notice and another try (→ ``GENERATE``) until there were too many, when an answer is forced
+  (→ ``FORCE_ANSWER``), as it is for a search past the budget.
+* ``SEARCH``: retrieve k documents in the mode the policy chose and append them as ``<information>``
+  (→ ``GENERATE``); a query the retriever refuses is an invalid turn.
+* ``FORCE_ANSWER``: a notice opens the ``<answer>`` the policy then completes (→ ``ANSWER``).
+* ``ANSWER``: the reader, when one is configured, writes the final answer from the documents; done.
+
+A turn past the response's token budget is not generated: the trajectory is cut off without an answer
+(→ ``ANSWER``). Every turn is traced (thought, mode, query, documents, timings, tokens). When the backend works on
+tokens, the context is kept as token ids too and the trajectory records which tokens the policy generated and which
+were appended, so a trainer can mask the information out of the loss.
 """
 
 from __future__ import annotations
 
+import enum
 import inspect
 import re
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..config import LOOP_DEFAULTS
+from ..prompts import (BUDGET_NOTICE, BUDGET_NOTICE_TEXT, DEFAULT_INSTRUCTION, INFORMATION_BLOCK, INVALID_NOTICE,
+                       SEARCH_FAILED_NOTICE, format_documents, user_message)
 from ..retrieval import QueryError, RetrievalResult, RetrievedDoc
-from ..vocabulary import Mode, ReaderPrompt
-from .answering import Reader, format_documents
-from .parsing import STOP_STRINGS, close_stop, parse_turn
-from .prompt import DEFAULT_INSTRUCTION, user_message
+from ..vocabulary import Mode, ReaderPrompt, SegmentKind
+from .answering import Reader
+from .parsing import STOP_STRINGS, Action, close_stop, parse_turn
 from .tokens import TokenCounter
 from .types import Generation, GenerationRequest, Generator, SearchBackend, Segment, Step, Trajectory
 
@@ -33,12 +45,6 @@ Event = dict[str, Any]
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
 _ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 EventSink = Callable[[Event], Awaitable[None] | None]
-
-INVALID_NOTICE = ("\nMy previous action is invalid. To search, I should put the query between <search> and "
-                  "</search>. To give the final answer, I should put it between <answer> and </answer>. "
-                  "Let me try again.\n")
-BUDGET_NOTICE = "\n\n<information>The search budget is used up. I must answer now.</information>\n\n<answer>"
-_NOTICE_TEXT = "the search budget is used up. i must answer now."
 
 
 @dataclass(slots=True)
@@ -63,12 +69,12 @@ class LoopConfig:
     """How the reader is asked (:class:`~routerag.policy.answering.Reader`)."""
     short_answer: bool = False
     """Cut the final answer to the span of the retrieved documents it names (:mod:`.short_answer`)."""
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def reader(self) -> Reader:
         """The final answer's reader (its model is None when the policy's own answer stands)."""
         return Reader(self.answer_generator, self.reader_prompt, self.short_answer)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_policy(cls, policy: PolicyConfig, resolved: ResolvedPolicy | None = None, **overrides: Any) -> LoopConfig:
@@ -85,6 +91,43 @@ class LoopConfig:
         return cls(**{**fields, **overrides})
 
 
+class State(enum.Enum):
+    """Where a trajectory is (see the module's docstring)."""
+
+    GENERATE = "generate"
+    SEARCH = "search"
+    FORCE_ANSWER = "force_answer"
+    ANSWER = "answer"
+    DONE = "done"
+
+
+@dataclass(slots=True)
+class _Run:
+    """One trajectory while it runs: its rules, its record, and the context the policy has seen so far."""
+
+    cfg: LoopConfig
+    traj: Trajectory
+    on_event: EventSink | None
+    message: str | None
+    """What a chat API sends as the user's message (None: the caller brought its own rendered prompt)."""
+    prompt_chars: int
+    """``text[prompt_chars:]`` is the response so far (a chat API's assistant message)."""
+    text: str
+    ids: list[int] | None
+    """The same context as token ids, when the backend works on tokens (a new list at every append: requests
+    already sent keep theirs)."""
+    response_tokens: int = 0
+    invalid: int = 0
+    pending: tuple[Step, Action] | None = None
+    """The turn whose search ``SEARCH`` runs."""
+
+
+def information_block(docs: Sequence[RetrievedDoc], counter: TokenCounter, max_tokens: int) -> str:
+    """``<information>Doc i (Title: …) text …</information>``, cut to ``max_tokens`` of the policy's tokens: what a
+    search appends to the context (the warm start builds its examples with it too)."""
+    return INFORMATION_BLOCK.format(documents=counter.truncate(format_documents(docs), max_tokens))
+
+
 class PolicyLoop:
     """Runs trajectories. Safe to call concurrently: each call keeps its own state, and concurrent calls share the
     backend's batching (generation) and the search backend's batching (retrieval)."""
@@ -94,146 +137,168 @@ class PolicyLoop:
         self.search = search
         self.cfg = config or LoopConfig()
         self.counter = TokenCounter(generator.tokenizer)
+        self._handlers = {State.GENERATE: self._generate, State.SEARCH: self._search,
+                          State.FORCE_ANSWER: self._force_answer, State.ANSWER: self._answer}
 
     async def run(self, question: str, *, on_event: EventSink | None = None,
                   prompt: tuple[str, list[int] | None] | None = None, **overrides: Any) -> Trajectory:
         """One trajectory for ``question``. ``prompt`` (text, ids) replaces the rendered chat prompt (verl builds its
         own); ``overrides`` replace LoopConfig fields for this call (budget, k, force_mode, temperature)."""
-        cfg = self.cfg
-        if overrides:
-            from dataclasses import replace
+        run = self._start(question, replace(self.cfg, **overrides) if overrides else self.cfg, prompt, on_event)
+        state = State.GENERATE
+        while state is not State.DONE:
+            state = await self._handlers[state](run)
+        return run.traj
 
-            cfg = replace(cfg, **overrides)
+    def _start(self, question: str, cfg: LoopConfig, prompt: tuple[str, list[int] | None] | None,
+               on_event: EventSink | None) -> _Run:
         traj = Trajectory(question=question)
-        message: str | None = None  # what a chat API sends as the user's message (None: the caller's own prompt)
+        message = None
         if prompt is None:
             message = user_message(cfg.template, question)
             text, ids = self.generator.render_prompt(message)
         else:
             text, ids = prompt
-        prompt_chars = len(text)  # ctx_text[prompt_chars:] is the response so far (a chat API's assistant message)
         track = self.generator.tracks_tokens and ids is not None
-        ctx_text, ctx_ids = text, (list(ids) if track and ids is not None else None)
         traj.segments.append(Segment("prompt", text, list(ids) if ids is not None else None))
-        response_tokens = 0
-        forced = False
-        must_answer = False
-        invalid = 0
-        while True:
-            if must_answer and not forced:
-                # prime the answer: a notice, then an opened <answer> tag the policy completes
-                forced = True
-                appended = BUDGET_NOTICE
-                ctx_text, ctx_ids = self._append(traj, "information", appended, ctx_text, ctx_ids)
-                response_tokens += self.counter.count(appended)
-            remaining = cfg.max_total_tokens - response_tokens
-            if remaining <= 0:
-                traj.steps.append(Step(len(traj.steps), "truncated"))
-                traj.finish = "no_answer"
-                break
-            t0 = time.perf_counter()
-            gen = await self.generator.generate(GenerationRequest(
-                prompt_text=ctx_text, prompt_ids=ctx_ids, max_tokens=min(cfg.max_turn_tokens, remaining),
-                stop=("</answer>",) if forced else STOP_STRINGS, temperature=cfg.temperature,
-                user_message=message, response_text=ctx_text[prompt_chars:]))
-            gen_ms = (time.perf_counter() - t0) * 1000
-            out_text = gen.text
-            if gen.token_ids is None and gen.finish_reason == "stop":
-                # a completions server cut the stop string that fired: put the closing tag back
-                out_text = close_stop(out_text)
-                if forced and "</answer>" not in out_text:
-                    out_text += "</answer>"  # its opening tag was in the notice, where close_stop cannot see it
-            ctx_text, ctx_ids = self._append_generation(traj, out_text, gen, ctx_text, ctx_ids)
-            response_tokens += gen.completion_tokens or self.counter.count(out_text)
-            step = Step(len(traj.steps), "invalid", generation_ms=round(gen_ms, 3), prompt_tokens=gen.prompt_tokens,
-                        completion_tokens=gen.completion_tokens or self.counter.count(out_text))
-            if forced:
-                # the <answer> tag was opened in the notice; a model that writes a new turn instead of continuing
-                # (a chat server that cannot continue a message) opens it again: the answer follows the last one
-                body = _THINK_BLOCK.sub(" ", out_text.split("</answer>")[0])
-                answer = " ".join(_ANSWER_OPEN.split(body)[-1].split())
-                step.action, step.thought = "forced_answer", parse_turn(out_text).thought
-                traj.steps.append(step)
-                if answer and answer.lower() not in _NOTICE_TEXT:  # a small model may just echo the notice
-                    step.answer = traj.policy_answer = answer
-                    traj.finish = "forced_answer"
-                else:
-                    traj.finish = "no_answer"
-                await _emit(on_event, {"type": "answer", "text": step.answer, "forced": True})
-                break
-            action = parse_turn(out_text)
-            step.thought = action.thought
-            if action.thought:
-                await _emit(on_event, {"type": "think", "text": action.thought, "step": step.index})
-            if action.kind == "answer":
-                step.action, step.answer = "answer", action.content
-                traj.steps.append(step)
-                traj.policy_answer = action.content
-                traj.finish = "answer"
-                await _emit(on_event, {"type": "answer", "text": action.content, "forced": False})
-                break
-            if action.kind == "invalid":
-                step.action = "truncated" if gen.finish_reason == "length" else "invalid"
-                traj.steps.append(step)
-                invalid += 1
-                if invalid > cfg.max_invalid:
-                    must_answer = True
-                    continue
-                ctx_text, ctx_ids = self._append(traj, "information", INVALID_NOTICE, ctx_text, ctx_ids)
-                response_tokens += self.counter.count(INVALID_NOTICE)
-                continue
-            if traj.searches >= cfg.budget:  # a search past the budget is not run: the answer is forced instead
-                step.action, step.query = "over_budget", action.content
-                traj.steps.append(step)
-                must_answer = True
-                continue
-            mode = cfg.force_mode or action.mode or "passage"
-            step.action, step.query, step.mode, step.mode_tags = "search", action.content, mode, list(action.mode_tags)
-            await _emit(on_event, {"type": "search", "mode": mode, "tags": list(action.mode_tags),
+        return _Run(cfg, traj, on_event, message, len(text), text, list(ids) if track and ids is not None else None)
+
+    # -- the states ---------------------------------------------------------------------------------------------------
+
+    async def _generate(self, run: _Run) -> State:
+        """The policy's turn: an answer, a search, or an invalid turn."""
+        turn = await self._turn(run, forced=False)
+        if turn is None:
+            return State.ANSWER
+        text, gen, step = turn
+        action = parse_turn(text)
+        step.thought = action.thought
+        if action.thought:
+            await _emit(run.on_event, {"type": "think", "text": action.thought, "step": step.index})
+        if action.kind == "answer":
+            step.action, step.answer = "answer", action.content
+            run.traj.steps.append(step)
+            run.traj.policy_answer = action.content
+            run.traj.finish = "answer"
+            await _emit(run.on_event, {"type": "answer", "text": action.content, "forced": False})
+            return State.ANSWER
+        if action.kind == "invalid":
+            step.action = "truncated" if gen.finish_reason == "length" else "invalid"
+            run.traj.steps.append(step)
+            state = self._count_invalid(run)
+            if state is State.GENERATE:
+                self._inform(run, INVALID_NOTICE)
+            return state
+        if run.traj.searches >= run.cfg.budget:  # a search past the budget is not run: the answer is forced instead
+            step.action, step.query = "over_budget", action.content
+            run.traj.steps.append(step)
+            return State.FORCE_ANSWER
+        run.pending = (step, action)
+        return State.SEARCH
+
+    async def _search(self, run: _Run) -> State:
+        """The search the last turn asked for, in the mode it chose (or the forced one), appended as information."""
+        assert run.pending is not None
+        (step, action), run.pending = run.pending, None
+        mode = run.cfg.force_mode or action.mode or "passage"
+        step.action, step.query, step.mode, step.mode_tags = "search", action.content, mode, list(action.mode_tags)
+        await _emit(run.on_event, {"type": "search", "mode": mode, "tags": list(action.mode_tags),
                                    "query": action.content, "step": step.index})
-            t1 = time.perf_counter()
-            try:
-                result = await self.search.search(action.content, mode, cfg.k)
-            except QueryError as exc:  # the policy wrote a query the retriever refuses: its turn, not the caller's
-                step.action = "invalid"
-                traj.steps.append(step)
-                invalid += 1
-                notice = f"\n\n<information>That search failed: {exc}.</information>\n\n"
-                ctx_text, ctx_ids = self._append(traj, "information", notice, ctx_text, ctx_ids)
-                response_tokens += self.counter.count(notice)
-                if invalid > cfg.max_invalid:
-                    must_answer = True
-                continue
-            step.retrieval_ms = round(result.ms if result.timings_ms else (time.perf_counter() - t1) * 1000, 3)
-            step.doc_ids = [d.id for d in result.docs]
-            step.doc_titles = [d.title for d in result.docs]
-            traj.retrieved.append(result)
-            info = self.information_block(result)
-            step.information_tokens = self.counter.count(info)
-            traj.steps.append(step)
-            await _emit(on_event, {"type": "information", "step": step.index, "mode": mode, "retrieval_ms":
+        t0 = time.perf_counter()
+        try:
+            result = await self.search.search(action.content, mode, run.cfg.k)
+        except QueryError as exc:  # the policy wrote a query the retriever refuses: its turn, not the caller's
+            step.action = "invalid"
+            run.traj.steps.append(step)
+            self._inform(run, SEARCH_FAILED_NOTICE.format(error=exc))
+            return self._count_invalid(run)
+        step.retrieval_ms = round(result.ms if result.timings_ms else (time.perf_counter() - t0) * 1000, 3)
+        step.doc_ids = [d.id for d in result.docs]
+        step.doc_titles = [d.title for d in result.docs]
+        run.traj.retrieved.append(result)
+        info = information_block(result.docs, self.counter, run.cfg.max_information_tokens)
+        step.information_tokens = self.counter.count(info)
+        run.traj.steps.append(step)
+        await _emit(run.on_event, {"type": "information", "step": step.index, "mode": mode, "retrieval_ms":
                                    step.retrieval_ms, "docs": [d.to_json() for d in result.docs]})
-            ctx_text, ctx_ids = self._append(traj, "information", info, ctx_text, ctx_ids)
-            response_tokens += step.information_tokens
+        self._append(run, "information", info)
+        run.response_tokens += step.information_tokens
+        return State.GENERATE
+
+    async def _force_answer(self, run: _Run) -> State:
+        """Prime the answer (a notice, then an opened ``<answer>`` tag) and let the policy complete it."""
+        self._inform(run, BUDGET_NOTICE)
+        turn = await self._turn(run, forced=True)
+        if turn is None:
+            return State.ANSWER
+        text, _, step = turn
+        # a model that writes a new turn instead of continuing (a chat server that cannot continue a message) opens
+        # the <answer> tag again: the answer follows the last one
+        body = _THINK_BLOCK.sub(" ", text.split("</answer>")[0])
+        answer = " ".join(_ANSWER_OPEN.split(body)[-1].split())
+        step.action, step.thought = "forced_answer", parse_turn(text).thought
+        run.traj.steps.append(step)
+        if answer and answer.lower() not in BUDGET_NOTICE_TEXT:  # a small model may just echo the notice
+            step.answer = run.traj.policy_answer = answer
+            run.traj.finish = "forced_answer"
+        else:
+            run.traj.finish = "no_answer"
+        await _emit(run.on_event, {"type": "answer", "text": step.answer, "forced": True})
+        return State.ANSWER
+
+    async def _answer(self, run: _Run) -> State:
+        """The final answer: the reader's when one is configured, else the policy's (cut to a span when asked)."""
+        traj, reader = run.traj, run.cfg.reader
         traj.answer = traj.policy_answer
-        reader = cfg.reader
-        docs = self.read_documents(traj.retrieved, cfg)
+        docs = self.read_documents(traj.retrieved, run.cfg)
         if reader.generator is not None and traj.finish != "no_answer":
             t0 = time.perf_counter()
             traj.answer = await reader.read(traj.question, docs)
             traj.answer_generation_ms = round((time.perf_counter() - t0) * 1000, 3)
         elif traj.answer:
             traj.answer = reader.shorten(traj.question, traj.answer, docs)
-        await _emit(on_event, {"type": "done", "answer": traj.answer, "searches": traj.searches,
-                               "finish": traj.finish})
-        return traj
+        await _emit(run.on_event, {"type": "done", "answer": traj.answer, "searches": traj.searches,
+                                   "finish": traj.finish})
+        return State.DONE
+
+    # -- one turn of the policy ----------------------------------------------------------------------------------------
+
+    async def _turn(self, run: _Run, *, forced: bool) -> tuple[str, Generation, Step] | None:
+        """Generate one turn and append it; None (with a ``truncated`` step) when the response has no tokens left."""
+        cfg = run.cfg
+        remaining = cfg.max_total_tokens - run.response_tokens
+        if remaining <= 0:
+            run.traj.steps.append(Step(len(run.traj.steps), "truncated"))
+            run.traj.finish = "no_answer"
+            return None
+        t0 = time.perf_counter()
+        gen = await self.generator.generate(GenerationRequest(
+            prompt_text=run.text, prompt_ids=run.ids, max_tokens=min(cfg.max_turn_tokens, remaining),
+            stop=("</answer>",) if forced else STOP_STRINGS, temperature=cfg.temperature,
+            user_message=run.message, response_text=run.text[run.prompt_chars:]))
+        gen_ms = (time.perf_counter() - t0) * 1000
+        text = gen.text
+        if gen.token_ids is None and gen.finish_reason == "stop":
+            # a completions server cut the stop string that fired: put the closing tag back
+            text = close_stop(text)
+            if forced and "</answer>" not in text:
+                text += "</answer>"  # its opening tag was in the notice, where close_stop cannot see it
+        self._append_generation(run, text, gen)
+        completion = gen.completion_tokens or self.counter.count(text)
+        run.response_tokens += completion
+        return text, gen, Step(len(run.traj.steps), "invalid", generation_ms=round(gen_ms, 3),
+                               prompt_tokens=gen.prompt_tokens, completion_tokens=completion)
+
+    def _count_invalid(self, run: _Run) -> State:
+        """One more invalid turn: past ``max_invalid`` the answer is forced, else the policy tries again."""
+        run.invalid += 1
+        return State.FORCE_ANSWER if run.invalid > run.cfg.max_invalid else State.GENERATE
 
     # -- context bookkeeping ----------------------------------------------------------------------------------------
 
     def information_block(self, result: RetrievalResult) -> str:
-        """``<information>Doc i (Title: …) text …</information>``, cut to ``max_information_tokens``."""
-        body = self.counter.truncate(format_documents(result.docs), self.cfg.max_information_tokens)
-        return f"\n\n<information>{body}</information>\n\n"
+        """A search's ``<information>`` block under this loop's settings (:func:`information_block`)."""
+        return information_block(result.docs, self.counter, self.cfg.max_information_tokens)
 
     def read_documents(self, results: list[RetrievalResult], cfg: LoopConfig | None = None) -> list[RetrievedDoc]:
         """The documents a reader gets: every distinct document the searches returned, in retrieval order, each cut
@@ -251,20 +316,27 @@ class PolicyLoop:
                     out.append(RetrievedDoc(d.id, d.title, self.counter.truncate(d.text, share), d.score))
         return out
 
-    def _append(self, traj: Trajectory, kind: str, text: str, ctx_text: str,
-                ctx_ids: list[int] | None) -> tuple[str, list[int] | None]:
-        ids = self.counter.encode(text) if ctx_ids is not None else None
-        traj.segments.append(Segment(kind, text, ids))  # type: ignore[arg-type]
-        return ctx_text + text, (ctx_ids + ids if ctx_ids is not None and ids is not None else ctx_ids)
+    def _inform(self, run: _Run, text: str) -> None:
+        """Append what the loop (not the policy) writes, and count it against the response's tokens."""
+        self._append(run, "information", text)
+        run.response_tokens += self.counter.count(text)
 
-    def _append_generation(self, traj: Trajectory, text: str, gen: Generation, ctx_text: str,
-                           ctx_ids: list[int] | None) -> tuple[str, list[int] | None]:
-        if ctx_ids is not None:
+    def _append(self, run: _Run, kind: SegmentKind, text: str) -> None:
+        ids = self.counter.encode(text) if run.ids is not None else None
+        run.traj.segments.append(Segment(kind, text, ids))
+        run.text += text
+        if run.ids is not None and ids is not None:
+            run.ids = run.ids + ids
+
+    def _append_generation(self, run: _Run, text: str, gen: Generation) -> None:
+        logprobs = list(gen.logprobs) if gen.logprobs else None
+        if run.ids is not None:
             ids = list(gen.token_ids) if gen.token_ids is not None else self.counter.encode(text)
-            traj.segments.append(Segment("policy", text, ids, list(gen.logprobs) if gen.logprobs else None))
-            return ctx_text + text, ctx_ids + ids
-        traj.segments.append(Segment("policy", text, None, list(gen.logprobs) if gen.logprobs else None))
-        return ctx_text + text, None
+            run.traj.segments.append(Segment("policy", text, ids, logprobs))
+            run.ids = run.ids + ids
+        else:
+            run.traj.segments.append(Segment("policy", text, None, logprobs))
+        run.text += text
 
 
 async def _emit(sink: EventSink | None, event: Event) -> None:

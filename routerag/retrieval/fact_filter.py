@@ -14,22 +14,16 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from ..prompts import FACT_FILTER_SYSTEM, fact_filter_question
+
 log = logging.getLogger(__name__)
 
 Fact = tuple[str, str, str]
 
-SYSTEM = (
-    "You select evidence for a question-answering system. You get a question and numbered candidate facts, each a "
-    "(subject, relation, object) triple extracted from documents. Keep the facts that are about the entities of "
-    "the question or lead towards its answer; drop the ones that only share words with it. Reply with JSON only: "
-    '{"keep": [numbers of the kept facts, most useful first]}; {"keep": []} if none helps.'
-)
-
 
 def build_messages(query: str, facts: Sequence[Fact]) -> list[dict[str, str]]:
-    listing = "\n".join(f"{i + 1}. ({s}; {p}; {o})" for i, (s, p, o) in enumerate(facts))
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Question: {query}\n\nCandidate facts:\n{listing}"}]
+    return [{"role": "system", "content": FACT_FILTER_SYSTEM},
+            {"role": "user", "content": fact_filter_question(query, facts)}]
 
 
 def parse_keep(text: str, n: int) -> list[int] | None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ...config import GeneratorConfig
 from graph_index.llm_clients import UpstreamError, error_detail, openai_client
-from ..prompt import chatml
+from ...prompts import chatml
 from ..types import Generation, GenerationRequest
 
 log = logging.getLogger(__name__)

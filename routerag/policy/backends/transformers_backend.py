@@ -138,7 +138,7 @@ class TransformersGenerator:
         if getattr(self.tokenizer, "chat_template", None):
             text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         else:
-            from ..prompt import chatml
+            from ...prompts import chatml
 
             text = chatml(user_message)
         return text, list(self.tokenizer.encode(text, add_special_tokens=False))

@@ -9,7 +9,7 @@ from typing import Any
 from graph_index.llm_clients import import_vllm, vllm_engine
 
 from ...config import GeneratorConfig
-from ..prompt import chatml
+from ...prompts import chatml
 from ..types import Generation, GenerationRequest
 
 _ids = itertools.count()
