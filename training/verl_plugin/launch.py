@@ -25,7 +25,6 @@ import yaml
 from routerag.config import RetrievalConfig, TrainConfig
 
 PLUGIN_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PLUGIN_DIR.parents[1]
 AGENT_NAME = "routerag_agent"
 AGENT_LOOP_TARGET = "training.verl_plugin.agent_loop.RouteRAGAgentLoop"
 FACT_FILTER_KEY_ENV = "ROUTERAG_RETRIEVAL__FACT_FILTER_API_KEY"
@@ -222,7 +221,7 @@ def build_overrides(cfg: TrainConfig, out: Path, agent_yaml: Path) -> list[str]:
 
 def prepare_launch(cfg: TrainConfig, out: str | Path, *, index_dir: str | None,
                    retrieval: RetrievalConfig | None = None, loop: dict[str, int] | None = None) -> dict[str, Any]:
-    """Write the agent-loop YAML into OUT and return the command, its environment and the overrides.
+    """Write the agent-loop YAML into OUT and return the command and the overrides.
     ``retrieval`` is the user's ``Settings.retrieval`` (in-process retrieval uses it; None: the defaults); ``loop``
     the resolved loop settings (:func:`routerag.policy.card.training_policy`)."""
     out = Path(out)
@@ -230,9 +229,8 @@ def prepare_launch(cfg: TrainConfig, out: str | Path, *, index_dir: str | None,
     agent_yaml = out / "agent_loops.yaml"
     agent_yaml.write_text(agent_loop_yaml(cfg, index_dir, retrieval, loop), encoding="utf-8")
     overrides = build_overrides(cfg, out, agent_yaml)
+    # the installed package is found by module name, here and in verl's Ray workers: no PYTHONPATH needed
     cmd = [sys.executable, "-m", "training.verl_plugin.main", *overrides]
-    env = {"PYTHONPATH": str(REPO_ROOT)}
-    return {"command": cmd, "env": env, "agent_loops_yaml": str(agent_yaml),
+    return {"command": cmd, "agent_loops_yaml": str(agent_yaml),
             "config_yaml": str(PLUGIN_DIR / "config" / "routerag_grpo.yaml"), "overrides": overrides,
-            "shell": " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " +
-            " ".join(shlex.quote(c) for c in cmd)}
+            "shell": " ".join(shlex.quote(c) for c in cmd)}
