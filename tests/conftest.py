@@ -61,7 +61,7 @@ def sample_corpus() -> Path:
 def index(tmp_path_factory, minilm, spacy_extractor) -> Path:
     """The two-hop fixture corpus as an index, built once and only read (the server tests share it; a module that
     needs another index defines its own ``index``)."""
-    from .server_helpers import build_small_index
+    from .helpers.server_helpers import build_small_index
 
     return build_small_index(tmp_path_factory.mktemp("twohop") / "idx", minilm, spacy_extractor)
 

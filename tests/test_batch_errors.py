@@ -18,7 +18,7 @@ from routerag.policy.types import GenerationRequest
 from routerag.retrieval import QueryError, Retriever
 from server.app import create_app
 
-from .server_helpers import RoutingPolicy
+from .helpers.server_helpers import RoutingPolicy
 
 
 def gather_in_one_batch(batcher: MicroBatcher, items: list) -> list:

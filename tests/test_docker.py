@@ -78,7 +78,7 @@ def test_compose_server_is_private_keyed_and_its_healthcheck_sends_the_key(index
     from routerag.engine import Engine
     from server.app import create_app
 
-    from .server_helpers import RoutingPolicy, live_server
+    from .helpers.server_helpers import RoutingPolicy, live_server
 
     rr = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]["routerag"]
     assert all(str(p).startswith("127.0.0.1:") for p in rr["ports"]), rr["ports"]

@@ -20,7 +20,7 @@ from routerag.evaluation import (EvalOptions, ResultsLog, evaluate_strategy, par
 from routerag.policy.card import resolve_policy
 from routerag.prompts import DIRECT_TEMPLATE, chatml
 
-from .scripted import CharTokenizer, FakeSearch, ScriptedGenerator
+from .helpers.scripted import CharTokenizer, FakeSearch, ScriptedGenerator
 
 # -- a scripted policy whose every turn depends on the question -------------------------------------------------------
 

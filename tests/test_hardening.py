@@ -19,7 +19,7 @@ from routerag.engine import Engine
 from routerag.retrieval import Retriever
 from server.app import create_app
 
-from .server_helpers import RoutingPolicy, live_server
+from .helpers.server_helpers import RoutingPolicy, live_server
 
 Q = "Where was Joran Veld born?"
 
@@ -110,8 +110,8 @@ def test_the_stream_events_and_the_new_statuses_are_in_the_openapi_schema(index:
 def test_the_stream_events_match_their_models(index: Path, retriever: Retriever) -> None:
     from server.protocol import STREAM_EVENTS
 
-    from .scripted import ScriptedGenerator
-    from .server_helpers import parse_sse
+    from .helpers.scripted import ScriptedGenerator
+    from .helpers.server_helpers import parse_sse
 
     gen = ScriptedGenerator(["<think>look</think><search>[graph] Joran Veld</search>", "<answer>Tarsk</answer>"])
     r = call(make_app(index, retriever, gen), "POST", "/ask", json={"question": Q, "stream": True})

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible policy backend against the scripted local server (tests/fake_openai.py): the chat and the
+"""The OpenAI-compatible policy backend against the scripted local server (tests/helpers/fake_openai.py): the chat and the
 completions APIs (streamed or not) give the same trajectory for the same model replies; the chat API continues the
 assistant's message, and falls back when a server refuses to; a stop string kept or cut changes nothing; and every
 upstream fault (HTTP 500, garbage, no choices) is a 502 with a JSON error from /ask, never a 500.
@@ -24,9 +24,9 @@ from routerag.prompts import BUDGET_NOTICE, DEFAULT_INSTRUCTION, INVALID_NOTICE,
 from routerag.retrieval import Retriever
 from server.app import create_app
 
-from .fake_openai import FakeOpenAIServer, Reply
-from .scripted import FakeSearch
-from .server_helpers import live_server, parse_sse
+from .helpers.fake_openai import FakeOpenAIServer, Reply
+from .helpers.scripted import FakeSearch
+from .helpers.server_helpers import live_server, parse_sse
 
 Q = "Where was Joran Veld born?"
 TIMING = ("generation_ms", "retrieval_ms")

@@ -19,7 +19,7 @@ from routerag.config import RetrievalConfig
 from graph_index.llm_clients import UpstreamError
 from routerag.retrieval import Retriever
 
-from .fake_openai import FakeOpenAIServer
+from .helpers.fake_openai import FakeOpenAIServer
 
 FIX = Path(__file__).parent / "fixtures"
 KEY = "sk-test-embedder-key-1234"

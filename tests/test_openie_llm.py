@@ -22,7 +22,7 @@ from graph_index.config import ExtractorConfig
 from graph_index.corpus import Passage
 
 try:
-    from tests.fake_openai import FakeOpenAIServer, Reply, free_port, last_user_message
+    from tests.helpers.fake_openai import FakeOpenAIServer, Reply, free_port, last_user_message
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path instead
     from fake_openai import FakeOpenAIServer, Reply, free_port, last_user_message
 

@@ -12,7 +12,7 @@ from routerag.config import LOOP_DEFAULTS, LoopSettings, Settings, load_settings
 from routerag.policy.card import (CARD_FILE, CardError, PolicyCard, read_card, resolve_policy, training_policy,
                                   write_card)
 
-from .scripted import FakeSearch, ScriptedGenerator
+from .helpers.scripted import FakeSearch, ScriptedGenerator
 
 
 def card_dir(tmp_path: Path, **fields) -> Path:

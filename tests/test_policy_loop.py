@@ -10,7 +10,7 @@ import pytest
 from routerag.policy import LoopConfig, PolicyLoop, parse_turn
 from routerag.prompts import BUDGET_NOTICE, INVALID_NOTICE
 
-from .scripted import CharTokenizer, FakeSearch, ScriptedGenerator
+from .helpers.scripted import CharTokenizer, FakeSearch, ScriptedGenerator
 
 
 def run(turns, *, cfg=None, search=None, tokenizer=None, **kw):

@@ -1,5 +1,5 @@
 """Every OpenAI-compatible integration against a real server: ``transformers serve`` with the embedded SmolLM2-135M
-(tests/real_openai.py). The policy backend on both APIs (streamed and whole), the LLM OpenIE extractor, the fact
+(tests/helpers/real_openai.py). The policy backend on both APIs (streamed and whole), the LLM OpenIE extractor, the fact
 filter, and ``routerag ask --backend openai`` end to end on the sample index.
 
 The model is tiny, so these tests assert protocol facts, not answer quality: requests reach the server and come
@@ -25,8 +25,8 @@ from routerag.policy.parsing import close_stop
 from routerag.policy.types import Generation, GenerationRequest
 from routerag.retrieval.fact_filter import LLMFactFilter
 
-from . import real_openai as real
-from .real_openai import RealServer
+from .helpers import real_openai as real
+from .helpers.real_openai import RealServer
 
 real_openai = real.real_openai  # the session fixture, made visible to this module's tests
 

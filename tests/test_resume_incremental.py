@@ -13,7 +13,7 @@ from graph_index.openie.base import Extractor, OpenIEResult
 from graph_index.store import IndexData
 from graph_index.corpus import Passage, read_jsonl, write_jsonl
 
-from .index_compare import assert_same_index
+from .helpers.index_compare import assert_same_index
 
 
 class Counting(Extractor):

@@ -229,7 +229,7 @@ def test_float16_screened_fact_matching_equals_the_float32_scan() -> None:
 # -- LLM fact filter -----------------------------------------------------------------------------------------------
 
 def test_fact_filter_parses_answers_and_never_breaks_retrieval(retriever: Retriever) -> None:
-    from tests.fake_openai import FakeOpenAIServer, Reply, last_user_message
+    from tests.helpers.fake_openai import FakeOpenAIServer, Reply, last_user_message
 
     from routerag.retrieval.fact_filter import parse_keep
 

@@ -18,8 +18,8 @@ from routerag.policy.search import parse_document
 from routerag.retrieval import Retriever
 from server.app import create_app
 
-from .scripted import ScriptedGenerator
-from .server_helpers import RoutingPolicy, parse_sse
+from .helpers.scripted import ScriptedGenerator
+from .helpers.server_helpers import RoutingPolicy, parse_sse
 
 Q = "Where was Joran Veld born?"
 

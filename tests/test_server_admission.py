@@ -18,7 +18,7 @@ from routerag.retrieval import Retriever
 from server.admission import Gate, Limits, Overloaded, ask_limits, retrieve_limits
 from server.app import create_app
 
-from .server_helpers import RoutingPolicy
+from .helpers.server_helpers import RoutingPolicy
 
 Q = "Where was Joran Veld born?"
 

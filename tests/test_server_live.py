@@ -18,8 +18,8 @@ from routerag.policy.search import HTTPSearch
 from routerag.retrieval import Retriever
 from server.app import create_app
 
-from .fake_openai import FakeOpenAIServer, Reply
-from .server_helpers import RoutingPolicy, live_server, parse_sse
+from .helpers.fake_openai import FakeOpenAIServer, Reply
+from .helpers.server_helpers import RoutingPolicy, live_server, parse_sse
 
 Q = "Where was Joran Veld born?"
 
@@ -158,7 +158,7 @@ def test_openai_backend_end_to_end_through_ask(index: Path, retriever: Retriever
 
 
 def test_openai_backend_down_is_a_502(index: Path, retriever: Retriever) -> None:
-    from .fake_openai import free_port
+    from .helpers.fake_openai import free_port
 
     settings = Settings()
     gen = OpenAIGenerator(GeneratorConfig(backend="openai", model="m", base_url=f"http://127.0.0.1:{free_port()}/v1",

@@ -16,7 +16,7 @@ from routerag.engine import Engine
 from routerag.retrieval import Retriever
 from server.app import create_app
 
-from .server_helpers import RoutingPolicy
+from .helpers.server_helpers import RoutingPolicy
 
 EXAMPLES = 12
 

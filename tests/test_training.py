@@ -19,7 +19,7 @@ from routerag.policy.types import Segment, Trajectory
 from training.grpo import group_advantages, grpo_loss, low_var_kl, policy_loss, token_logprobs
 from training.sequences import collate, trajectory_tokens
 
-from .scripted import CharTokenizer
+from .helpers.scripted import CharTokenizer
 
 # -- GRPO arithmetic -----------------------------------------------------------------------------------------------
 
@@ -378,7 +378,7 @@ def test_sft_warm_start_command_writes_adapter_metrics_and_curve(tmp_path: Path,
                                                                  spacy_extractor) -> None:
     """``routerag train-sft`` end to end on a tiny random model: examples from gold passages found in the index by
     title, a loss that goes down over 3 epochs on 2 examples, the model, metrics and loss curve written."""
-    from .server_helpers import build_small_index
+    from .helpers.server_helpers import build_small_index
 
     monkeypatch.setenv("ROUTERAG_CACHE_DIR", str(tmp_path / "cache"))
     index = build_small_index(tmp_path / "idx", minilm, spacy_extractor)

@@ -27,7 +27,7 @@ from training.verl_plugin.compose import compose_launch
 from training.verl_plugin.cpu_server import InProcessServerClient
 from training.verl_plugin.launch import prepare_launch
 
-from .scripted import ScriptedGenerator
+from .helpers.scripted import ScriptedGenerator
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "Who composed The Glass Lighthouse?"
@@ -190,7 +190,7 @@ def test_a_remote_retriever_is_called_with_the_key_from_the_named_variable(
     from routerag.retrieval import Retriever
     from server.app import create_app
 
-    from .server_helpers import RoutingPolicy, live_server
+    from .helpers.server_helpers import RoutingPolicy, live_server
 
     folder, _, tok = tiny
     settings = Settings(server={"api_key": "s3cret-key"})

@@ -24,7 +24,7 @@ from training.verl_plugin.agent_loop import response_tokens
 from training.verl_plugin.reward import compute_score
 from training.verl_plugin.stage2 import stage2_scores
 
-from .scripted import CharTokenizer, FakeSearch, ScriptedGenerator
+from .helpers.scripted import CharTokenizer, FakeSearch, ScriptedGenerator
 
 RESPONSE_LIMIT = 4096
 

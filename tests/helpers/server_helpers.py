@@ -19,14 +19,14 @@ import uvicorn
 from routerag.prompts import chatml
 from routerag.policy.types import Generation, GenerationRequest
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
 _QUESTION = re.compile(r"Question: (.*?)\n?<\|im_end\|>", re.DOTALL)
 _FIRST_DOC = re.compile(r"<information>Doc 1 \(Title: (.*?)\) ")
 
 
 class RoutingPolicy:
     """A policy whose every reply depends only on its own request, never on call order (unlike
-    :class:`tests.scripted.ScriptedGenerator`, which pops turns globally), so any number of concurrent requests is
+    :class:`tests.helpers.scripted.ScriptedGenerator`, which pops turns globally), so any number of concurrent requests is
     deterministic: first it searches the question in ``mode_tag``'s mode, then it answers with the title of the
     first document it got back; a forced answer is ``unknown``. ``delay_s`` makes every generation that slow;
     ``serial`` makes generations run one at a time, as on a model with a fixed throughput (an in-process model on a

@@ -6,7 +6,7 @@ garbage, truncated JSON, slow answers and HTTP errors.
 
 Usage::
 
-    from fake_openai import FakeOpenAIServer, Reply
+    from tests.helpers.fake_openai import FakeOpenAIServer, Reply
 
     def handler(req: dict) -> Reply | str | tuple[str, str]:
         # ``req`` is the request JSON (chat: "messages"; completions: "prompt", always a single string here)

