@@ -21,6 +21,7 @@ OversizeOpt = Annotated[Optional[str], typer.Option(
 MaxCharsOpt = Annotated[Optional[int], typer.Option(help="Longest passage in characters (100000).")]
 LockTimeoutOpt = Annotated[float, typer.Option(
     help="Seconds to wait while another process writes the same index (0: fail at once).")]
+CacheDirOpt = Annotated[Optional[Path], typer.Option(help="Cache of OpenIE and embeddings.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -34,6 +35,11 @@ def register(app: typer.Typer) -> None:
 
 def _settings(config: Path | None, **overrides: Any) -> Settings:
     return load_settings(Settings, config, **overrides)
+
+
+def _corpus(skip_bad: bool, oversize: str | None, max_passage_chars: int | None) -> dict[str, Any]:
+    """The corpus flags as the ``[corpus]`` section's overrides (an unset flag leaves the file's or the default)."""
+    return {"skip_bad": skip_bad or None, "oversize": oversize, "max_passage_chars": max_passage_chars}
 
 
 @handle_errors
@@ -52,7 +58,7 @@ def build_graph_cmd(
     index_type: Annotated[Optional[str], typer.Option(help="Dense index: flat, ivf or hnsw.")] = None,
     synonymy_threshold: Annotated[Optional[float], typer.Option(help="Cosine for synonymy edges (0.8).")] = None,
     workers: Annotated[Optional[int], typer.Option(help="CPU extractor processes (default: one per core).")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of OpenIE and embeddings.")] = None,
+    cache_dir: CacheDirOpt = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     skip_bad: SkipBadOpt = False,
     oversize: OversizeOpt = None,
@@ -69,7 +75,7 @@ def build_graph_cmd(
 
     cfg = _settings(
         config,
-        corpus={"skip_bad": skip_bad or None, "oversize": oversize, "max_passage_chars": max_passage_chars},
+        corpus=_corpus(skip_bad, oversize, max_passage_chars),
         embedder={"name": embedder, "base_url": embed_base_url},
         extractor={"kind": extractor, "llm_base_url": llm_base_url, "llm_model": llm_model,
                    "llm_backend": llm_backend, "n_process": workers},
@@ -91,7 +97,7 @@ def index_add_cmd(
     index: Annotated[Path, typer.Argument(help="Index directory.")],
     corpus: Annotated[list[Path], typer.Argument(help="Corpus files with the passages to add.")],
     openie_results: Annotated[Optional[Path], typer.Option(help="Precomputed OpenIE for the new passages.")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of OpenIE and embeddings.")] = None,
+    cache_dir: CacheDirOpt = None,
     skip_bad: SkipBadOpt = False,
     oversize: OversizeOpt = None,
     max_passage_chars: MaxCharsOpt = None,
@@ -104,8 +110,7 @@ def index_add_cmd(
     setup_logging(verbose)
     from graph_index.builder import add_to_index
 
-    cfg = _settings(config, corpus={"skip_bad": skip_bad or None, "oversize": oversize,
-                                    "max_passage_chars": max_passage_chars}, cache_dir=cache_dir)
+    cfg = _settings(config, corpus=_corpus(skip_bad, oversize, max_passage_chars), cache_dir=cache_dir)
     manifest = add_to_index(index, corpus, cfg, openie_results=openie_results, progress=not json_out,
                             lock_timeout=lock_timeout)
     _report(manifest, index, "updated", json_out)
@@ -116,7 +121,7 @@ def index_delete_cmd(
     index: Annotated[Path, typer.Argument(help="Index directory.")],
     ids: Annotated[Optional[list[str]], typer.Option("--ids", help="Passage ids (repeat, or comma-separate).")] = None,
     ids_file: Annotated[Optional[Path], typer.Option(help="File with one passage id per line.")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of OpenIE and embeddings.")] = None,
+    cache_dir: CacheDirOpt = None,
     lock_timeout: LockTimeoutOpt = DEFAULT_LOCK_TIMEOUT_S,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,

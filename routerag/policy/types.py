@@ -185,12 +185,13 @@ class Summary:
     finish: Finish
     format_ok: bool | None = None
     """The policy answered in format on its own (no invalid turn, no forcing); None when no policy ran."""
+    generation_ms: float = 0.0
+    """Time spent waiting for generations, the reader's included."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     searches: list[SearchRecord] = field(default_factory=list)
     documents: list[RetrievedDoc] = field(default_factory=list)
     """Every retrieved document in retrieval order, repeats included."""
-    generation_ms: float = 0.0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     trace: list[dict[str, Any]] = field(default_factory=list)
     """The policy's steps (:meth:`Step.to_json`); empty when no policy ran."""
 
