@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from routerag.config import LOOP_DEFAULTS
 from routerag.metrics import answer_in_documents, exact_match, f1, gen_acc
 
 if TYPE_CHECKING:  # the reward worker needs only the metrics; the loop's types come with the rollout
@@ -238,7 +239,7 @@ def batch_rewards(
     *,
     questions: Sequence[str] | None = None,
     gold_titles: Sequence[Sequence[str]] | None = None,
-    budget: int = 4,
+    budget: int = LOOP_DEFAULTS["budget"],
     embed: Callable[[list[str]], np.ndarray] | None = None,
     gain_beyond_rag: GainBeyondRAG | None = None,
     cost_table: dict[str, float] | None = None,

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from routerag.config import LOOP_DEFAULTS
 from routerag.datasets import QAItem
 from routerag.policy.loop import information_block
 from routerag.policy.tokens import TokenCounter
@@ -103,8 +104,9 @@ def answer_span(docs: Sequence[RetrievedDoc], golds: Sequence[str]) -> tuple[Ret
 
 
 def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, rng: random.Random, *,
-                  template: str = DEFAULT_INSTRUCTION, max_information_tokens: int = 500,
-                  k: int = 3) -> TokenSequence | None:
+                  template: str = DEFAULT_INSTRUCTION,
+                  max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],
+                  k: int = LOOP_DEFAULTS["k"]) -> TokenSequence | None:
     """One warm-start trajectory as tokens with its loss mask (only the policy's own turns are trained), or None
     without searches or gold answers. The last turn keeps reading: its thought quotes the sentence that holds the
     answer and the answer is copied from it verbatim (a short span, not a sentence)."""
