@@ -14,6 +14,7 @@ from typing import Any
 from .batching import MicroBatcher
 from .config import Settings
 from .policy import LoopConfig, PolicyLoop, Trajectory
+from .policy.backends import make_generator, reader_model
 from .policy.card import resolve_policy
 from .policy.loop import EventSink
 from .policy.search import LocalSearch
@@ -30,8 +31,6 @@ class Engine:
         pol = self.settings.policy
         self.retriever = retriever or Retriever(index, self.settings.retrieval)
         if generator is None:
-            from .policy.backends import make_generator
-
             generator = make_generator(pol.generator)
         self.generator = generator
         exclusive = None
@@ -42,26 +41,10 @@ class Engine:
         self.policy = resolve_policy(pol)
         """The loop settings, template and reader in effect: the user's, else the policy's card, else defaults."""
         if answer_generator is None:
-            answer_generator = self._reader_model(generator)
+            answer_generator = reader_model(self.policy.reader, generator, pol.answer_generator)
         self.loop_config = LoopConfig.from_policy(pol, self.policy, answer_generator=answer_generator)
         self.loop = PolicyLoop(self.generator, self.search, self.loop_config)
         self._ready = False
-
-    def _reader_model(self, generator: Generator) -> Generator | None:
-        """The model ``policy.reader`` names: None (the policy answers), the policy's base weights with its adapter
-        off (same weights, no second copy), or the configured answer generator."""
-        if self.policy.reader == "base":
-            base_view = getattr(generator, "base_view", None)
-            if base_view is None:
-                raise ValueError(f"reader = 'base' reads with the policy's base model, which only the in-process "
-                                 f"transformers backend can switch to ({generator.name} cannot); set policy.reader "
-                                 "= 'policy', or 'generator' with a [policy.answer_generator]")
-            return base_view()
-        if self.policy.reader == "generator":
-            from .policy.backends import make_generator
-
-            return make_generator(self.settings.policy.answer_generator)  # type: ignore[arg-type]
-        return None
 
     async def ask(self, question: str, *, mode: AskMode = "learned", budget: int | None = None,
                   k: int | None = None, on_event: EventSink | None = None) -> Trajectory:

@@ -29,6 +29,7 @@ from routerag.config import GeneratorConfig, Settings, TrainConfig
 from routerag.datasets import QAItem
 from routerag.policy import LoopConfig, PolicyLoop, Trajectory
 from routerag.policy.card import PolicyCard, card_for, training_policy, write_card
+from routerag.policy.backends import reader_model
 from routerag.policy.backends.transformers_backend import TransformersGenerator
 from routerag.policy.search import LocalSearch
 from routerag.retrieval import Retriever
@@ -83,7 +84,8 @@ class LocalGRPOTrainer:
         # reader the policy will be served with reads in the rollouts too, so the reward sees what a user gets
         self.policy = training_policy(settings)
         loop_cfg = LoopConfig.from_policy(settings.policy, self.policy, temperature=self.cfg.temperature,
-                                          answer_generator=self._reader_model())
+                                          answer_generator=reader_model(self.policy.reader, self.generator,
+                                                                        settings.policy.answer_generator))
         self.loop = PolicyLoop(self.generator, LocalSearch(self.retriever, exclusive=exclusive), loop_cfg)
         self.step = 0
         self._order: list[int] = []
@@ -93,16 +95,6 @@ class LocalGRPOTrainer:
             self.cost_table = load_or_measure(self.out, self.retriever, queries, self.policy.loop["k"])
             log.info("retrieval cost table (ms per search): %s", self.cost_table["ms"])
         self._resume()
-
-    def _reader_model(self) -> Any:
-        """The model that writes rollouts' final answers, as the policy's card says it will be served."""
-        if self.policy.reader == "base":
-            return self.generator.base_view()
-        if self.policy.reader == "generator":
-            from routerag.policy.backends import make_generator
-
-            return make_generator(self.settings.policy.answer_generator)  # type: ignore[arg-type]
-        return None
 
     def card(self) -> PolicyCard:
         """What the trained policy expects of the loop that serves it (written beside every checkpoint)."""
