@@ -157,7 +157,7 @@ def test_a_checkpoint_state_is_loaded_without_running_code(tmp_path: Path) -> No
 
     import torch
 
-    from training.local_trainer import load_state
+    from training.checkpoints import load_state
 
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

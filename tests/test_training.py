@@ -438,3 +438,43 @@ def test_after_a_warm_start_the_kl_reference_is_the_warm_start(tmp_path: Path) -
         assert torch.allclose(logits(ref), now, atol=1e-6) and not torch.allclose(moved, now, atol=1e-4)
     policy.save_pretrained(tmp_path / "ckpt", selected_adapters=["default"])
     assert not (tmp_path / "ckpt" / REFERENCE_ADAPTER).exists()
+
+
+def test_sft_resumes_from_its_latest_checkpoint_to_the_same_weights(tmp_path: Path, monkeypatch) -> None:
+    """A warm start killed after its second optimiser step and rerun ends with the weights of an unbroken run (the
+    batch order is replayed from the seed, finished steps skipped, optimiser and RNG restored from the checkpoint);
+    its metrics hold each step once."""
+    import training.sft as sft
+    from routerag.policy.card import PolicyCard
+    from routerag.config import LoraConfig
+    from training.models import add_lora, tiny_random_model
+
+    gen = random.Random(1)
+    examples = [sft.TokenSequence([gen.randrange(5, 500) for _ in range(12)], [0] * 6 + [1] * 6) for _ in range(8)]
+    card = PolicyCard()
+
+    def run(out: Path):
+        model, tok = tiny_random_model(0)
+        model = add_lora(model, LoraConfig(r=4, alpha=8))
+        sft.train_sft(model, tok, examples, out, epochs=2, lr=1e-2, micro_batch_size=2, accumulate=2, card=card)
+        return {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
+
+    whole = run(tmp_path / "whole")
+    real_save, saves = sft.save_checkpoint, []
+
+    def dying_save(out, step, *a, **kw):
+        real_save(out, step, *a, **kw)
+        saves.append(step)
+        if step == 2:
+            raise KeyboardInterrupt  # killed right after the checkpoint of step 2
+
+    monkeypatch.setattr(sft, "save_checkpoint", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "broken")
+    monkeypatch.setattr(sft, "save_checkpoint", real_save)
+    resumed = run(tmp_path / "broken")
+    assert saves == [1, 2]
+    assert all(torch.allclose(whole[k], resumed[k], atol=1e-6) for k in whole)
+    steps = [json.loads(x)["step"] for x in (tmp_path / "broken" / "sft_metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    assert sorted(p.name for p in (tmp_path / "broken").glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4"]

@@ -14,7 +14,6 @@ import asyncio
 import json
 import logging
 import random
-import shutil
 import threading
 import time
 from collections import Counter
@@ -28,12 +27,13 @@ import torch
 from routerag.config import GeneratorConfig, Settings, TrainConfig
 from routerag.datasets import QAItem
 from routerag.policy import LoopConfig, PolicyLoop, Trajectory
-from routerag.policy.card import PolicyCard, card_for, training_policy, write_card
+from routerag.policy.card import PolicyCard, card_for, training_policy
 from routerag.policy.backends import reader_model
 from routerag.policy.backends.transformers_backend import TransformersGenerator
 from routerag.policy.search import LocalSearch
 from routerag.retrieval import Retriever
 
+from .checkpoints import resume_checkpoint, save_checkpoint
 from .costs import load_or_measure
 from .grpo import first_loss_position, group_advantages, low_var_kl, policy_loss_tokens, token_logprobs
 from .models import is_peft, load_policy, reference_policy
@@ -43,7 +43,6 @@ from .sequences import TokenSequence, micro_batches, trajectory_tokens
 log = logging.getLogger(__name__)
 
 METRICS = "metrics.jsonl"
-CHECKPOINT_PREFIX = "checkpoint-"
 
 
 class LocalGRPOTrainer:
@@ -269,62 +268,12 @@ class LocalGRPOTrainer:
     # -- checkpoints -----------------------------------------------------------------------------------------------
 
     def save_checkpoint(self) -> Path:
-        """OUT/checkpoint-N: the weights (the adapter for LoRA), optimiser, RNG and step; written to a temporary
-        folder, then renamed, so a killed run never leaves a half checkpoint."""
-        final = self.out / f"{CHECKPOINT_PREFIX}{self.step}"
-        tmp = self.out / f".{final.name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        if is_peft(self.model):  # the trained adapter only, not the frozen reference copy
-            self.model.save_pretrained(tmp / "model", selected_adapters=["default"])
-        else:
-            self.model.save_pretrained(tmp / "model")
-        self.tokenizer.save_pretrained(tmp / "model")
-        write_card(tmp / "model", self.card())
-        torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step,
-                    "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}, tmp / "state.pt")
-        (tmp / "train_config.json").write_text(self.cfg.model_dump_json(indent=2))
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        return final
+        """OUT/checkpoint-N, written atomically (training/checkpoints.py)."""
+        return save_checkpoint(self.out, self.step, self.model, self.tokenizer, self.optimizer, self.card(),
+                               config_json=self.cfg.model_dump_json(indent=2))
 
     def _resume(self) -> None:
-        ckpt = latest_checkpoint(self.out)
-        if ckpt is None:
-            return
-        state = load_state(ckpt / "state.pt")
-        if is_peft(self.model):
-            from peft import set_peft_model_state_dict
-            from peft.utils import load_peft_weights
-
-            set_peft_model_state_dict(self.model, load_peft_weights(str(ckpt / "model"), device=self.device))
-        else:
-            from transformers import AutoModelForCausalLM
-
-            loaded = AutoModelForCausalLM.from_pretrained(ckpt / "model")
-            self.model.load_state_dict(loaded.state_dict())
-        self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
-        self.step = int(state["step"])
-        # metrics of steps after the checkpoint came from a run that died before saving: drop them
-        mf = self.out / METRICS
-        if mf.exists():
-            lines = [ln for ln in mf.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= self.step]
-            mf.write_text("".join(ln + "\n" for ln in lines))
-        log.info("resumed from %s (step %d)", ckpt, self.step)
-
-
-def load_state(path: Path) -> dict[str, Any]:
-    """A checkpoint's optimiser state, RNG states and step. They are tensors and plain containers only, so the file is
-    read with ``weights_only=True``: a tampered ``state.pt`` cannot run code when a run resumes from it."""
-    return torch.load(path, weights_only=True)
-
-
-def latest_checkpoint(out: Path) -> Path | None:
-    found = [(int(p.name[len(CHECKPOINT_PREFIX):]), p) for p in Path(out).glob(f"{CHECKPOINT_PREFIX}*")
-             if p.is_dir() and p.name[len(CHECKPOINT_PREFIX):].isdigit()]
-    return max(found)[1] if found else None
+        self.step = resume_checkpoint(self.out, self.model, self.optimizer, self.device, self.out / METRICS)
 
 
 def _fit(t: torch.Tensor, width: int) -> torch.Tensor:

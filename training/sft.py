@@ -30,6 +30,7 @@ import torch
 
 from routerag.config import LOOP_DEFAULTS
 from routerag.datasets import QAItem
+from routerag.policy.card import PolicyCard
 from routerag.policy.loop import information_block
 from routerag.policy.tokens import TokenCounter
 from routerag.prompts import (DEFAULT_INSTRUCTION, FIRST_THOUGHTS, GUESS_THOUGHTS, NEXT_THOUGHTS, QUOTE_THOUGHTS,
@@ -37,6 +38,7 @@ from routerag.prompts import (DEFAULT_INSTRUCTION, FIRST_THOUGHTS, GUESS_THOUGHT
 from routerag.retrieval import RetrievalResult, RetrievedDoc
 from routerag.vocabulary import Mode
 
+from .checkpoints import resume_checkpoint, save_checkpoint
 from .grpo import first_loss_position
 from .sequences import TokenSequence, micro_batches
 
@@ -144,12 +146,20 @@ def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, r
 
 def train_sft(model: Any, tokenizer: Any, examples: Sequence[TokenSequence], out: Path, *, epochs: int = 1,
               lr: float = 2e-4, micro_batch_size: int = 2, accumulate: int = 8, seed: int = 0,
-              device: str = "cpu") -> list[dict[str, float]]:
-    """Cross-entropy on the policy's tokens; writes OUT/adapter (or OUT/model) and OUT/sft_metrics.jsonl."""
+              device: str = "cpu", card: PolicyCard | None = None, save_every: int = 1) -> list[dict[str, float]]:
+    """Cross-entropy on the policy's tokens; writes OUT/adapter (or OUT/model) and OUT/sft_metrics.jsonl.
+
+    Resumable: with a ``card``, every ``save_every`` optimiser steps an atomic OUT/checkpoint-N is written, and a rerun
+    with the same examples and seed continues from the latest one (the batch order is replayed from the seed, the
+    finished steps skipped)."""
     torch.manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr)
     out.mkdir(parents=True, exist_ok=True)
+    metrics = out / "sft_metrics.jsonl"
+    done = resume_checkpoint(out, model, opt, device, metrics) if card is not None else 0
+    if not done and metrics.exists():  # a fresh run (or one killed before its first checkpoint) starts a new log
+        metrics.unlink()
     history = []
     rng = random.Random(seed)
     model.train()
@@ -164,6 +174,10 @@ def train_sft(model: Any, tokenizer: Any, examples: Sequence[TokenSequence], out
         t0 = time.perf_counter()
         running = 0.0
         for n, mb in enumerate(batches, 1):
+            if step < done:  # finished before a resume: only count it
+                if n % accumulate == 0 or n == len(batches):
+                    step += 1
+                continue
             start = first_loss_position(mb.loss_mask)
             keep = mb.input_ids.shape[1] - start
             logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, logits_to_keep=keep).logits
@@ -185,9 +199,11 @@ def train_sft(model: Any, tokenizer: Any, examples: Sequence[TokenSequence], out
                        "elapsed_s": round(time.perf_counter() - t0, 1)}
                 running = 0.0
                 history.append(row)
-                with open(out / "sft_metrics.jsonl", "a", encoding="utf-8") as f:
+                with open(metrics, "a", encoding="utf-8") as f:
                     f.write(json.dumps(row) + "\n")
                 log.info("sft epoch %d step %d loss %.4f", epoch, step, row["loss"])
+                if card is not None and step % save_every == 0:
+                    save_checkpoint(out, step, model, tokenizer, opt, card, keep_last=2)
     model.eval()
     model.save_pretrained(out / "adapter")
     tokenizer.save_pretrained(out / "adapter")

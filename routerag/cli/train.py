@@ -203,15 +203,16 @@ def sft_cmd(
     console.print(f"{len(examples)} warm-start examples from {len(items)} questions ({plan} plan; first searches: "
                   + ", ".join(f"{m} {first.count(m)}" for m in MODES)
                   + (f"; {len(labels)} routing labels" if labels else "") + ")")
-    hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr)
+    card = card_for(policy, {"by": "routerag train-sft", "model": settings.train.model, "plan": plan,
+                             "routes_from": str(routes_from) if routes_from else None,
+                             "examples": len(examples), "epochs": epochs, "lr": lr})
+    hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr, card=card, seed=settings.train.seed)
     folder = out / "adapter"
-    write_card(folder, card_for(policy, {"by": "routerag train-sft", "model": settings.train.model, "plan": plan,
-                                         "routes_from": str(routes_from) if routes_from else None,
-                                         "examples": len(examples), "epochs": epochs, "lr": lr}))
+    write_card(folder, card)
     from training.plots import plot_sft
 
     plot_sft(out / "sft_metrics.jsonl", out / "sft_loss.png")
-    console.print(f"[bold green]saved[/] {folder}  (final loss {hist[-1]['loss']:.4f}; curve: "
+    console.print(f"[bold green]saved[/] {folder}  (final loss {hist[-1]['loss'] if hist else float('nan'):.4f}; curve: "
                   f"{out / 'sft_loss.png'})")
 
 
