@@ -45,7 +45,7 @@ install-test: $(TEST_STAMP)
 demo: install
 	$(BIN)/routerag build-graph samples/corpus.jsonl --out $(SAMPLE_IDX) --force
 	$(BIN)/routerag search $(SAMPLE_IDX) "$(DEMO_QUESTION)" --mode hybrid -k 3
-	$(BIN)/routerag ask $(SAMPLE_IDX) "$(DEMO_QUESTION)" --budget 2
+	$(BIN)/routerag ask $(SAMPLE_IDX) "$(DEMO_QUESTION)"
 
 test: install-test
 	$(BIN)/python -m pytest -q

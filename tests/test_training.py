@@ -478,3 +478,20 @@ def test_sft_resumes_from_its_latest_checkpoint_to_the_same_weights(tmp_path: Pa
     steps = [json.loads(x)["step"] for x in (tmp_path / "broken" / "sft_metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
     assert sorted(p.name for p in (tmp_path / "broken").glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4"]
+
+
+def test_stage_comparison_prices_steps_by_the_cost_table(tmp_path: Path) -> None:
+    """The stage-1/stage-2 plot prices each step with the table: searches × Σ share × cost (1.5 × (0.5·10 + 0.5·20))."""
+    from training.plots import plot_stages, step_table_ms
+
+    table = {"passage": 10.0, "graph": 20.0, "hybrid": 30.0}
+    row = {"step": 1, "em": 0.5, "searches": 1.5, "retrieval_ms": 99.0, "mode_mix": {"passage": 0.5, "graph": 0.5}}
+    assert step_table_ms(row, table) == pytest.approx(22.5)
+    assert step_table_ms({**row, "searches": 0.0, "mode_mix": {}}, table) == 0.0
+    for name in ("s1", "s2"):
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps(row) + "\n" + json.dumps({**row, "step": 2}) + "\n")
+    png = plot_stages({"stage 1": tmp_path / "s1.jsonl", "stage 2": tmp_path / "s2.jsonl"}, tmp_path / "c.png", table)
+    assert png.stat().st_size > 10_000
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match="no metrics"):
+        plot_stages({"x": tmp_path / "empty.jsonl"}, tmp_path / "d.png")

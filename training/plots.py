@@ -69,3 +69,43 @@ def plot_sft(metrics_file: str | Path, out_png: str | Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def plot_stages(runs: dict[str, str | Path], out_png: str | Path, cost_table: dict[str, float] | None = None) -> Path:
+    """Runs side by side (for example stage 1 and stage 2 from one warm start): EM, searches and retrieval cost per
+    rollout, and the graph share of searches, per step. With ``cost_table`` (ms per search of each mode, the
+    trainer's ``retrieval_costs.json``), the cost is the table's, the same for every run and free of timing noise:
+    a step's mean per rollout is its searches × Σ mode share × mode cost; otherwise each run's measured time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
+    for label, path in runs.items():
+        rows = [json.loads(ln) for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip()]
+        if not rows:
+            raise ValueError(f"{path}: no metrics yet")
+        steps = [r["step"] for r in rows]
+        cost = [step_table_ms(r, cost_table) if cost_table else r["retrieval_ms"] for r in rows]
+        axes[0].plot(steps, [r["em"] for r in rows], marker="o", label=label)
+        axes[1].plot(steps, [r["searches"] for r in rows], marker="o", label=label)
+        axes[2].plot(steps, cost, marker="o", label=label)
+        axes[3].plot(steps, [float(r.get("mode_mix", {}).get("graph", 0.0)) for r in rows], marker="o", label=label)
+    titles = ("EM (training batch)", "searches per rollout",
+              "retrieval ms per rollout" + (" (cost table)" if cost_table else " (measured)"), "graph share of searches")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(out_png)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def step_table_ms(row: dict, cost_table: dict[str, float]) -> float:
+    """A training step's mean retrieval cost per rollout priced by a per-mode table: the mean of Σ cost(mode) over a
+    rollout's searches equals searches per rollout × Σ share(mode) × cost(mode)."""
+    return row["searches"] * sum(share * cost_table[m] for m, share in row.get("mode_mix", {}).items())
