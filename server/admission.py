@@ -8,7 +8,8 @@ run, at most ``max_queue`` wait in arrival order, and anything beyond is refused
 A queued request is also refused early, not timed out late: the service time of the route is estimated from a
 moving average of its recent durations, and a request that would not finish by its deadline (its arrival plus
 ``server.request_timeout_s``) is refused when it arrives, or, if the estimate was too hopeful, as soon as its latest
-useful start passes while it still waits. The plan is pessimistic, the average plus twice the average deviation (as
+useful start passes while it still waits (re-read as the estimate moves, so a cold start, with nothing measured
+yet, or a slowdown measured while it waits refuses it then). The plan is pessimistic, the average plus twice the average deviation (as
 TCP plans its retransmission timeout): with the plain average, the last requests admitted to a full queue finished
 within a few seconds of their timeout in the soak benchmark.
 """
@@ -26,6 +27,8 @@ from routerag.batching import MicroBatcher
 from routerag.config import Settings
 
 Reason = Literal["queue_full", "deadline"]
+RECHECK_S = 0.5
+"""How often a queued request re-reads the service estimate to see whether it can still finish in time."""
 
 
 class Overloaded(Exception):
@@ -131,17 +134,29 @@ class Gate:
         self.waiters.append(fut)
         self._publish()
         try:
-            # the latest start that can still finish in time, by the estimate as it stands when the wait begins
-            await asyncio.wait_for(fut, max(0.0, deadline - s - loop.time()))
-        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-            if fut.done() and not fut.cancelled():
-                self._free()  # the slot was handed over just as the wait ended: pass it on
-            else:
-                self._drop(fut)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+            # wait until the latest start that can still finish in time, by the estimate as it stands *now*: it is
+            # re-read every RECHECK_S, so a first measurement (none at a cold start) or a slowdown measured while
+            # this request waits moves its latest start, and it is refused then rather than timed out later
+            while not fut.done():
+                latest_start = deadline - self.planned_service_s()
+                if loop.time() >= latest_start:
+                    break
+                await asyncio.wait({fut}, timeout=min(RECHECK_S, latest_start - loop.time()))
+        except asyncio.CancelledError:
+            self._leave(fut)
+            raise
+        if not fut.done():
+            self._leave(fut)
             self._refuse("deadline", self._late_message())
         return Slot(self)  # a freed slot was handed over: inflight already counts it
+
+    def _leave(self, fut: asyncio.Future[None]) -> None:
+        """A waiter gives up its place; a slot handed to it just as it left goes to the next one."""
+        if fut.done() and not fut.cancelled():
+            self._free()
+        else:
+            fut.cancel()
+            self._drop(fut)
 
     def _free(self) -> None:
         """A slot came free: hand it to the first live waiter, or count it free."""

@@ -146,6 +146,30 @@ def test_gate_refuses_a_waiter_when_its_latest_useful_start_passes() -> None:
     assert reason == "deadline" and 0.25 < waited < 0.45
 
 
+def test_gate_refuses_a_waiter_once_a_measurement_shows_it_cannot_finish() -> None:
+    """At a cold start nothing is measured, so requests queue; when the first measurement arrives and shows a queued
+    request cannot finish by its deadline, it is refused then (within one re-check), not timed out at its deadline.
+    (The 30-minute soak timed out 2 requests admitted in its first seconds before this.)"""
+    async def go() -> tuple[float, str]:
+        gate = Gate("/ask", Limits(max_inflight=1, max_queue=4))
+        loop = asyncio.get_running_loop()
+        holder = await gate.acquire(loop.time() + 60)
+        t = time.perf_counter()
+        waiter = asyncio.ensure_future(gate.acquire(loop.time() + 1.5))
+        await asyncio.sleep(0.2)
+        assert not waiter.done() and len(gate.waiters) == 1  # nothing measured: it may wait
+        gate.service.observe(0.9)  # the first answer took 0.9 s: the plan is 1.8 s, more than the 1.3 s left
+        with pytest.raises(Overloaded) as exc:
+            await waiter
+        waited = time.perf_counter() - t
+        assert not gate.waiters and gate.inflight == 1
+        holder.release()
+        return waited, exc.value.reason
+
+    waited, reason = asyncio.run(go())
+    assert reason == "deadline" and waited < 1.2
+
+
 def test_gate_hands_slots_over_in_order_and_forgets_cancelled_waiters() -> None:
     async def go() -> list[str]:
         gate = Gate("/ask", Limits(max_inflight=1, max_queue=4))
