@@ -115,6 +115,28 @@ def test_warm_start_examples_are_valid_policy_turns() -> None:
     assert build_example(QAItem("2", "q", ["a"], []), [], tok, random.Random(0)) is None
 
 
+def test_warm_start_turns_fit_the_loops_turn_budget() -> None:
+    """A long answer sentence is quoted as the words around the answer, so the trained last turn fits
+    max_turn_tokens (the loop cuts longer turns off) and still ends with the verbatim answer."""
+    from training.sft import build_example, gold_documents, gold_plan, quote_window
+
+    tok = CharTokenizer()
+    tok.apply_chat_template = lambda m, **kw: f"<user>{m[0]['content']}</user>"  # type: ignore[attr-defined]
+    long = ("Joran Veld (born 3 March 1901 in the old harbour quarter of the river town of Tarsk, then a busy port "
+            "on the Ossel waterway) was a painter of ships.")
+    item = QAItem("1", "Where was Joran Veld born?", ["Tarsk"], [GoldPassage("Joran Veld", long)])
+    docs = gold_documents(item, {})
+    for seed in range(4):
+        rng = random.Random(seed)
+        ex = build_example(item, gold_plan(item, docs, rng)[:1], tok, rng, max_turn_tokens=90,
+                           max_information_tokens=1000, k=1)
+        policy = "".join(ch for ch, m in zip(tok.decode(ex.ids), ex.mask) if m)
+        last = "<think>" + policy.rsplit("<think>", 1)[1]
+        assert len(last) <= 90 and last.endswith("<answer> Tarsk </answer>") and "Tarsk" in last.split("</think>")[0]
+    assert quote_window("a b Tarsk c d", "Tarsk", lambda q: len(q) <= 9) == "b Tarsk c"
+    assert quote_window("a b Tarsk c d", "Tarsk", lambda q: True) == "a b Tarsk c d"
+
+
 def test_routing_warm_start_uses_the_labelled_mode_and_searches_again_where_it_missed() -> None:
     from routerag.retrieval import RetrievalResult, RetrievedDoc
     from training.sft import build_example, retrieval_plan

@@ -105,13 +105,36 @@ def answer_span(docs: Sequence[RetrievedDoc], golds: Sequence[str]) -> tuple[Ret
     return None
 
 
+def quote_window(sentence: str, answer: str, fits: Any) -> str:
+    """The longest run of the sentence's words around the answer's first word for which ``fits(quote)`` holds, grown
+    one word at a time on each side (the answer's words at least, and the whole sentence when it fits)."""
+    if fits(sentence):
+        return sentence
+    words = sentence.split()
+    first = answer.split()[0].lower() if answer.split() else ""
+    at = next((i for i, w in enumerate(words) if first and first in w.lower()), 0)
+    lo, hi = at, min(len(words), at + max(1, len(answer.split())))
+    while True:
+        grown = False
+        if hi < len(words) and fits(" ".join(words[lo:hi + 1])):
+            hi, grown = hi + 1, True
+        if lo > 0 and fits(" ".join(words[lo - 1:hi])):
+            lo, grown = lo - 1, True
+        if not grown:
+            return " ".join(words[lo:hi])
+
+
 def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, rng: random.Random, *,
                   template: str = DEFAULT_INSTRUCTION,
                   max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],
-                  k: int = LOOP_DEFAULTS["k"]) -> TokenSequence | None:
+                  k: int = LOOP_DEFAULTS["k"],
+                  max_turn_tokens: int = LOOP_DEFAULTS["max_turn_tokens"]) -> TokenSequence | None:
     """One warm-start trajectory as tokens with its loss mask (only the policy's own turns are trained), or None
     without searches or gold answers. The last turn keeps reading: its thought quotes the sentence that holds the
-    answer and the answer is copied from it verbatim (a short span, not a sentence)."""
+    answer and the answer is copied from it verbatim (a short span, not a sentence). Every turn fits the loop's
+    ``max_turn_tokens``: a long sentence is quoted as the words around the answer (a policy trained on longer turns
+    is cut off by the loop, and the first adapter trained on whole sentences looped on them: 16% of its held-out
+    answers were forced)."""
     if not plan or not item.answers:
         return None
     counter = TokenCounter(tokenizer)
@@ -131,10 +154,13 @@ def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, r
                                       d.score) for d in seen], item.answers)
     if found is not None:
         doc, sentence, answer = found
-        think = rng.choice(QUOTE_THOUGHTS).format(title=doc.title, sentence=sentence)
+        quote = rng.choice(QUOTE_THOUGHTS)
+        last = lambda q: f"<think>{quote.format(title=doc.title, sentence=q)}</think>\n<answer> {answer} </answer>"  # noqa: E731
+        turn = last(quote_window(sentence, answer, lambda q: counter.count(last(q)) <= max_turn_tokens))
     else:
-        answer, think = item.answers[0], rng.choice(GUESS_THOUGHTS)
-    parts.append((f"<think>{think}</think>\n<answer> {answer} </answer>", 1))
+        answer = item.answers[0]
+        turn = f"<think>{rng.choice(GUESS_THOUGHTS)}</think>\n<answer> {answer} </answer>"
+    parts.append((turn, 1))
     ids: list[int] = []
     mask: list[int] = []
     for text, m in parts:
