@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from .. import __version__
-from . import ask, build, evaluate, reference, search, serve, train
+from . import ask, build, evaluate, mcp, reference, search, serve, train
 
 app = typer.Typer(
     name="routerag",
@@ -18,6 +18,7 @@ build.register(app)
 search.register(app)
 ask.register(app)
 serve.register(app)
+mcp.register(app)
 train.register(app)
 evaluate.register(app)
 reference.register(app)

@@ -1,0 +1,58 @@
+"""``routerag mcp``: the index and the routing policy as an MCP server (tools ``search`` and ``ask``), over stdio or
+streamable HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..config import Settings, load_settings
+from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
+                     err_console, handle_errors, policy_overrides, setup_logging)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("mcp")(mcp_cmd)
+
+
+@handle_errors
+def mcp_cmd(
+    index: Annotated[Path, typer.Argument(help="Index directory.")],
+    transport: Annotated[str, typer.Option(help="stdio (what desktop MCP clients launch) or streamable-http.")]
+    = "stdio",
+    host: Annotated[str, typer.Option(help="streamable-http: interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="streamable-http: port (the endpoint is /mcp).")] = 8001,
+    policy: PolicyOpt = None,
+    backend: BackendOpt = None,
+    base_url: BaseUrlOpt = None,
+    api: ApiOpt = None,
+    adapter: AdapterOpt = None,
+    temperature: TemperatureOpt = None,
+    config: ConfigOpt = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Serve an index to MCP clients: `search(query, mode, k)` (retrieval without the policy) and `ask(question)`
+    (the routing policy's answer and trace). Logs go to stderr; stdout is the protocol's."""
+    if transport not in ("stdio", "streamable-http"):
+        raise ValueError(f"--transport must be stdio or streamable-http, not {transport!r}")
+    setup_logging(verbose)
+    from server.mcp_tools import create_mcp, tool_names
+
+    from ..engine import Engine
+    from ..runtime import configure_threads
+
+    configure_threads()
+    settings = load_settings(Settings, config,
+                             policy=policy_overrides(policy, backend, base_url, adapter, temperature, api))
+    engine = Engine(index, settings)
+    engine.warm_up()
+    srv = create_mcp(engine, settings)
+    where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
+    err_console.print(f"MCP server for {index} on {where} (tools: {', '.join(tool_names(srv))}; policy "
+                      f"{engine.generator.name})", highlight=False)
+    if transport == "stdio":
+        srv.run("stdio")
+    else:
+        srv.run("streamable-http", host=host, port=port)

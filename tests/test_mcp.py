@@ -1,0 +1,67 @@
+"""The MCP server (server/mcp_tools.py, ``routerag mcp``) through the official MCP SDK's own client: in process with a
+scripted policy (the tools' contract, errors), and as a real ``routerag mcp`` subprocess over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from routerag.config import Settings
+from routerag.engine import Engine
+from routerag.retrieval import Retriever
+from server.mcp_tools import create_mcp
+
+from .helpers.server_helpers import RoutingPolicy
+
+Q = "Where was Joran Veld born?"
+
+
+def structured(result) -> dict:
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+def test_search_and_ask_through_the_sdk_client(index: Path, retriever: Retriever) -> None:
+    settings = Settings()
+    engine = Engine(index, settings, generator=RoutingPolicy("[graph]"), retriever=retriever)
+    engine.warm_up()
+    srv = create_mcp(engine, settings)
+
+    async def go() -> None:
+        async with Client(srv) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == {"search", "ask"}
+            assert tools["search"].input_schema["properties"]["mode"]["enum"] == ["passage", "graph", "hybrid"]
+            found = structured(await client.call_tool("search", {"query": Q, "mode": "graph", "k": 2}))
+            direct = retriever.search([Q], mode="graph", k=2)[0]
+            assert [d["id"] for d in found["documents"]] == [d.id for d in direct.docs] and found["mode"] == "graph"
+            answered = structured(await client.call_tool("ask", {"question": Q}))
+            assert answered["finish"] == "answer" and answered["searches"] == 1
+            assert answered["answer"] == direct.docs[0].title  # the scripted policy answers with the first title
+            assert [s["action"] for s in answered["trace"]] == ["search", "answer"]
+            for bad, needle in (({"query": Q, "k": 0}, "server.max_k"), ({"query": "   "}, "empty"),
+                                ({"query": Q, "mode": "vector"}, "mode")):
+                res = await client.call_tool("search", bad)
+                assert res.is_error and needle in json.dumps([c.model_dump() for c in res.content]), (bad, res)
+            res = await client.call_tool("ask", {"question": ""})
+            assert res.is_error and "empty" in res.content[0].text
+
+    asyncio.run(go())
+
+
+def test_routerag_mcp_over_stdio_answers_the_sdk_client(index: Path, retriever: Retriever) -> None:
+    """The real command as a desktop client would launch it: tools listed, a search answered, logs on stderr only."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "routerag.cli", "mcp", str(index)])
+
+    async def go() -> dict:
+        async with Client(params, read_timeout_seconds=120) as client:
+            assert {t.name for t in (await client.list_tools()).tools} == {"search", "ask"}
+            return structured(await client.call_tool("search", {"query": Q, "mode": "hybrid", "k": 3}))
+
+    found = asyncio.run(go())
+    assert [d["id"] for d in found["documents"]] == [d.id for d in retriever.search([Q], mode="hybrid", k=3)[0].docs]
