@@ -65,3 +65,39 @@ def test_routerag_mcp_over_stdio_answers_the_sdk_client(index: Path, retriever: 
 
     found = asyncio.run(go())
     assert [d["id"] for d in found["documents"]] == [d.id for d in retriever.search([Q], mode="hybrid", k=3)[0].docs]
+
+
+def test_routerag_mcp_over_streamable_http_answers_the_sdk_client(index: Path, retriever: Retriever,
+                                                                   tmp_path: Path) -> None:
+    """``--transport streamable-http``: a real server process on 127.0.0.1, the SDK's client by URL."""
+    import subprocess
+    import time
+
+    import httpx
+
+    from .helpers.fake_openai import free_port
+
+    port = free_port()
+    log = open(tmp_path / "mcp.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "routerag.cli", "mcp", str(index), "--transport", "streamable-http",
+                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # up once the port accepts connections
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "mcp.log").read_text()
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.5)
+
+        async def go() -> dict:
+            async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=120) as client:
+                return structured(await client.call_tool("search", {"query": Q, "mode": "graph", "k": 2}))
+
+        found = asyncio.run(go())
+        assert [d["id"] for d in found["documents"]] == [d.id for d in retriever.search([Q], mode="graph", k=2)[0].docs]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
