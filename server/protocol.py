@@ -73,6 +73,12 @@ class TokenUsage(BaseModel):
     completion: int
 
 
+class CitationOut(BaseModel):
+    id: str
+    title: str
+    sentence: str
+
+
 class AskResponse(BaseModel):
     """The answer with its full trace: every step's thought, action, retrieval mode, query, documents and timings."""
 
@@ -86,6 +92,9 @@ class AskResponse(BaseModel):
     total_ms: float = Field(description="Server-side time of the whole request, from parsed body to trajectory.")
     tokens: TokenUsage
     finish: Finish
+    citations: list[CitationOut] = Field(default_factory=list, description=(
+        "The retrieved passages that state the answer, each with its first sentence that does (the answer, "
+        "normalised as for EM, as a whole-token span of the sentence); empty when no retrieved passage states it."))
 
 
 # -- /retrieve --------------------------------------------------------------------------------------------------------

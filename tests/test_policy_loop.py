@@ -170,3 +170,19 @@ def test_loop_config_from_policy_settings_carries_the_served_template(tmp_path) 
     assert (served.template, served.max_invalid, served.budget, served.temperature) == (tpl.read_text(), 5, 3, 0.0)
     trained = LoopConfig.from_policy(pol, budget=2, temperature=1.0)
     assert (trained.template, trained.max_invalid, trained.budget, trained.temperature) == (tpl.read_text(), 5, 2, 1.0)
+
+
+def test_citations_are_the_retrieved_passages_that_state_the_answer() -> None:
+    """Each retrieved passage whose sentence holds the normalised answer as whole tokens is cited once, with that
+    sentence, in retrieval order; no answer or an answer nowhere in the evidence cites nothing."""
+    from routerag.policy.citations import cite, split_sentences
+    from routerag.retrieval import RetrievedDoc
+
+    docs = [RetrievedDoc("a", "Joran Veld", "Joran Veld is a painter. He was born in Tarsk, on the Ossel.", 1.0),
+            RetrievedDoc("b", "Tarsks", "Tarsks are boats.", 0.9),
+            RetrievedDoc("a", "Joran Veld", "Joran Veld is a painter. He was born in Tarsk, on the Ossel.", 0.8),
+            RetrievedDoc("c", "Tarsk", "Tarsk is a town.\nThe town of Tarsk sits astride the Ossel.", 0.7)]
+    got = cite("the Tarsk", docs)
+    assert [(c.id, c.sentence) for c in got] == [("a", "He was born in Tarsk, on the Ossel."), ("c", "Tarsk is a town.")]
+    assert cite(None, docs) == [] and cite("  ", docs) == [] and cite("Ossel waterway", docs) == []
+    assert split_sentences("The U.S. army left. 1990 was next.") == ["The U.S. army left.", "1990 was next."]

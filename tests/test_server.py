@@ -64,12 +64,17 @@ def test_ask_answers_with_the_full_trace(runner, app) -> None:
     r = call(runner, app, "POST", "/ask", json={"question": Q})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {"answer", "trace", "searches", "retrieval_ms", "generation_ms", "total_ms", "tokens", "finish"}
+    assert set(body) == {"answer", "trace", "searches", "retrieval_ms", "generation_ms", "total_ms", "tokens", "finish",
+                         "citations"}
     assert body["finish"] == "answer" and body["searches"] == 1
     first, last = body["trace"]
     assert (first["action"], first["mode"], first["query"]) == ("search", "graph", Q)
     assert first["thought"] == "I should look this up." and len(first["doc_ids"]) == 3  # policy.k default
     assert body["answer"] == first["doc_titles"][0] == "Joran Veld"
+    # every retrieved passage that names Joran Veld is cited, with its sentence that does
+    assert body["citations"] and {c["id"] for c in body["citations"]} <= set(first["doc_ids"])
+    assert body["citations"][0]["id"] == first["doc_ids"][0]
+    assert all("joran veld" in c["sentence"].lower() for c in body["citations"])
     assert last["action"] == "answer"
     assert 0 < body["retrieval_ms"] <= body["total_ms"]
     assert body["tokens"]["prompt"] > 0 and body["tokens"]["completion"] > 0

@@ -31,6 +31,7 @@ import torch
 from routerag.config import LOOP_DEFAULTS
 from routerag.datasets import QAItem
 from routerag.policy.card import PolicyCard
+from routerag.policy.citations import split_sentences
 from routerag.policy.loop import information_block
 from routerag.policy.tokens import TokenCounter
 from routerag.prompts import (DEFAULT_INSTRUCTION, FIRST_THOUGHTS, GUESS_THOUGHTS, NEXT_THOUGHTS, QUOTE_THOUGHTS,
@@ -89,7 +90,6 @@ def retrieval_plan(item: QAItem, results: dict[str, RetrievalResult], rng: rando
     return plan
 
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
 
 def answer_span(docs: Sequence[RetrievedDoc], golds: Sequence[str]) -> tuple[RetrievedDoc, str, str] | None:
@@ -97,11 +97,11 @@ def answer_span(docs: Sequence[RetrievedDoc], golds: Sequence[str]) -> tuple[Ret
     as whole words, or None: what the last thought quotes and the answer copies, verbatim."""
     aliases = sorted({g.strip() for g in golds if g.strip()}, key=len, reverse=True)
     for d in docs:
-        for sentence in _SENTENCE.split(d.text):
+        for sentence in split_sentences(d.text):
             for alias in aliases:
                 m = re.search(rf"(?<!\w){re.escape(alias)}(?!\w)", sentence, re.IGNORECASE)
                 if m:
-                    return d, " ".join(sentence.split()), m.group(0)
+                    return d, sentence, m.group(0)
     return None
 
 

@@ -62,4 +62,9 @@ def ask_cmd(
     console.print(t)
     console.print(f"[bold]answer:[/] {traj.answer if traj.answer is not None else '(none)'}"
                   f"   ({traj.searches} searches, {traj.finish})")
+    cited = traj.summary().citations()
+    for n, c in enumerate(cited, 1):
+        console.print(f"  [{n}] {c.title}: {c.sentence}", highlight=False)
+    if traj.answer and traj.searches and not cited:
+        console.print("  (no retrieved passage states this answer)")
 

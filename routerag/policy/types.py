@@ -4,11 +4,14 @@ summary (the one view of a trajectory the server, ``routerag ask``, evaluation a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from graph_index.llm_clients import UpstreamError as UpstreamError  # defined with the client factory; re-exported here
 from ..retrieval import RetrievalResult, RetrievedDoc
 from ..vocabulary import Finish, Mode, SegmentKind, StepAction
+
+if TYPE_CHECKING:
+    from .citations import Citation
 
 
 @dataclass(slots=True)
@@ -212,4 +215,12 @@ class Summary:
         ``routerag ask --json`` prints it."""
         return {"answer": self.answer, "finish": self.finish, "searches": len(self.searches),
                 "retrieval_ms": self.retrieval_ms, "generation_ms": self.generation_ms,
-                "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens}, "trace": self.trace}
+                "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens},
+                "citations": [{"id": c.id, "title": c.title, "sentence": c.sentence} for c in self.citations()],
+                "trace": self.trace}
+
+    def citations(self) -> list[Citation]:
+        """The retrieved passages that state the answer (:func:`~routerag.policy.citations.cite`)."""
+        from .citations import cite
+
+        return cite(self.answer, self.documents)
