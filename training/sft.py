@@ -132,9 +132,8 @@ def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, r
     """One warm-start trajectory as tokens with its loss mask (only the policy's own turns are trained), or None
     without searches or gold answers. The last turn keeps reading: its thought quotes the sentence that holds the
     answer and the answer is copied from it verbatim (a short span, not a sentence). Every turn fits the loop's
-    ``max_turn_tokens``: a long sentence is quoted as the words around the answer (a policy trained on longer turns
-    is cut off by the loop, and the first adapter trained on whole sentences looped on them: 16% of its held-out
-    answers were forced)."""
+    ``max_turn_tokens``: a long sentence is quoted as the words around the answer (a policy trained on turns longer
+    than the loop allows is cut off mid-turn)."""
     if not plan or not item.answers:
         return None
     counter = TokenCounter(tokenizer)
