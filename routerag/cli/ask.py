@@ -11,9 +11,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ..config import Settings, load_settings
 from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
-                     policy_overrides, console, handle_errors, setup_logging)
+                     policy_overrides, console, handle_errors, load_engine, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -41,13 +40,7 @@ def ask_cmd(
 ) -> None:
     """Answer one question with the routing policy: it reasons, searches (passage, graph or both) and answers."""
     setup_logging(verbose)
-    from ..engine import Engine
-    from ..runtime import configure_threads
-
-    configure_threads()
-    settings = load_settings(Settings, config, policy=policy_overrides(policy, backend, base_url, adapter,
-                                                                       temperature, api))
-    engine = Engine(index, settings)
+    engine = load_engine(index, config, policy_overrides(policy, backend, base_url, adapter, temperature, api))
     traj = asyncio.run(engine.ask(question, mode=mode, budget=budget, k=k))  # type: ignore[arg-type]
     if json_out:
         sys.stdout.write(json.dumps({"question": traj.question, **traj.summary().to_json(), "text": traj.text},

@@ -81,6 +81,22 @@ ApiOpt = Annotated[Optional[str], typer.Option(help="With --backend openai: chat
                                                     "every modern server) or completions (/v1/completions, legacy).")]
 
 
+def load_engine(index: Path, config: Path | None, policy: dict, *, warm: bool = False, **sections: Any) -> Any:
+    """What every command that runs the policy starts with: BLAS threads limited, the settings read (defaults, the
+    ``--config`` file, ``ROUTERAG_*`` variables, then these flags: ``policy`` from :func:`policy_overrides` and any
+    other ``sections``), and the :class:`~routerag.engine.Engine` built; ``warm`` loads the graph and the query encoder
+    now (servers, so their first request does not pay for it)."""
+    from ..config import Settings, load_settings
+    from ..engine import Engine
+    from ..runtime import configure_threads
+
+    configure_threads()
+    engine = Engine(index, load_settings(Settings, config, policy=policy, **sections))
+    if warm:
+        engine.warm_up()
+    return engine
+
+
 def policy_overrides(policy: str | None, backend: str | None, base_url: str | None, adapter: str | None,
                      temperature: float | None, api: str | None = None) -> dict:
     """The policy flags → the ``policy.generator`` section of :class:`~routerag.config.Settings`."""

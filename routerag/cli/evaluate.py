@@ -12,9 +12,8 @@ import typer
 from rich import box
 from rich.table import Table
 
-from ..config import Settings, load_settings
 from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
-                     policy_overrides, console, handle_errors, setup_logging)
+                     policy_overrides, console, handle_errors, load_engine, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -67,13 +66,7 @@ def eval_cmd(
     if not index.is_dir():
         raise FileNotFoundError(f"{index}: no such index directory")
     items = [load_questions(f, limit=limit) for f in questions]  # a bad file fails now, before model loading
-    from ..engine import Engine
-    from ..runtime import configure_threads
-
-    configure_threads()
-    settings = load_settings(Settings, config, policy=policy_overrides(policy, backend, base_url, adapter,
-                                                                       temperature, api))
-    engine = Engine(index, settings)
+    engine = load_engine(index, config, policy_overrides(policy, backend, base_url, adapter, temperature, api))
     options = EvalOptions(strategies=list(strategies), budget=budget, k=k, concurrency=concurrency, limit=limit,
                           progress=progress, fresh=fresh, max_errors=max_errors)
     overview = run_evaluation(engine, questions, out, options, command=shlex.join(["routerag", *sys.argv[1:]]),

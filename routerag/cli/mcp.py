@@ -8,9 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ..config import Settings, load_settings
 from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
-                     err_console, handle_errors, policy_overrides, setup_logging)
+                     err_console, handle_errors, load_engine, policy_overrides, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -40,15 +39,9 @@ def mcp_cmd(
     setup_logging(verbose)
     from server.mcp_tools import create_mcp, tool_names
 
-    from ..engine import Engine
-    from ..runtime import configure_threads
-
-    configure_threads()
-    settings = load_settings(Settings, config,
-                             policy=policy_overrides(policy, backend, base_url, adapter, temperature, api))
-    engine = Engine(index, settings)
-    engine.warm_up()
-    srv = create_mcp(engine, settings)
+    engine = load_engine(index, config, policy_overrides(policy, backend, base_url, adapter, temperature, api),
+                         warm=True)
+    srv = create_mcp(engine, engine.settings)
     where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
     err_console.print(f"MCP server for {index} on {where} (tools: {', '.join(tool_names(srv))}; policy "
                       f"{engine.generator.name})", highlight=False)

@@ -9,9 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..config import Settings, load_settings
 from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
-                     policy_overrides, err_console, handle_errors, setup_logging)
+                     policy_overrides, err_console, handle_errors, load_engine, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -43,16 +42,9 @@ def serve_cmd(
 
     from server.app import create_app
 
-    from ..engine import Engine
-    from ..runtime import configure_threads
-
-    configure_threads()
-    settings = load_settings(Settings, config,
-                             policy=policy_overrides(policy, backend, base_url, adapter, temperature, api),
-                             server={"host": host, "port": port, "api_key": api_key})
-    engine = Engine(index, settings)
-    # load the graph and warm the query encoder now, so the first request does not pay for it (seconds on a big index)
-    engine.warm_up()
+    engine = load_engine(index, config, policy_overrides(policy, backend, base_url, adapter, temperature, api),
+                         warm=True, server={"host": host, "port": port, "api_key": api_key})
+    settings = engine.settings
     app = create_app(engine, settings)
     srv = settings.server
     err_console.print(f"serving {index} on http://{srv.host}:{srv.port} (policy {engine.generator.name}, "
