@@ -126,11 +126,7 @@ def add_to_index(
     """Add the passages of ``corpus_paths`` to an existing index (duplicates of indexed passages are skipped).
 
     The index is read under its write lock, so concurrent updates apply one after the other and none is lost."""
-    with (store.write_lock(Path(index_dir), timeout=lock_timeout, op="index add"),
-          store.IndexData(index_dir) as prev):
-        cfg = config_for_update(prev, cfg)
-        comp = components or Components(cfg)
-        timer = Timer()
+    with _updating(index_dir, cfg, components, lock_timeout, "index add") as (prev, cfg, comp, timer):
         with timer("load"):
             old = prev.passages
             new, report = load_corpus(corpus_paths, known_hashes=[p.hash for p in old], **cfg.corpus.model_dump())
@@ -154,11 +150,7 @@ def delete_from_index(
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Remove passages by id. Unknown ids are an error and nothing changes. Runs under the index's write lock."""
-    with (store.write_lock(Path(index_dir), timeout=lock_timeout, op="index delete"),
-          store.IndexData(index_dir) as prev):
-        cfg = config_for_update(prev, cfg)
-        comp = components or Components(cfg)
-        timer = Timer()
+    with _updating(index_dir, cfg, components, lock_timeout, "index delete") as (prev, _, comp, timer):
         with timer("load"):
             wanted = set(ids)
             known = {p.id for p in prev.passages}
@@ -173,6 +165,16 @@ def delete_from_index(
             results = [prev.openie[i] for i in keep]
         return _assemble(passages, results, comp, prev.root, timer, previous=prev, force=True, progress=progress,
                          op={"op": "delete", "deleted": len(wanted)}, report=None, ostats=None)
+
+
+@contextmanager
+def _updating(index_dir: Path, cfg: BuildConfig | None, components: Components | None, lock_timeout: float,
+              op: str) -> Iterator[tuple[store.IndexData, BuildConfig, Components, Timer]]:
+    """An update's start: the index's write lock (held to the end, so concurrent updates apply one after the other),
+    the current version open, the configuration it must use, its components and a timer."""
+    with (store.write_lock(Path(index_dir), timeout=lock_timeout, op=op), store.IndexData(index_dir) as prev):
+        cfg = config_for_update(prev, cfg)
+        yield prev, cfg, components or Components(cfg), Timer()
 
 
 def config_for_update(prev: store.IndexData, cfg: BuildConfig | None) -> BuildConfig:
