@@ -111,9 +111,12 @@ SEARCH_TAGS: dict[Mode, str] = {"passage": "[passage]", "graph": "[graph]", "hyb
 # per turn, a 135M model learned to repeat the sentences (even as its answer) instead of reading the documents.
 FIRST_THOUGHTS = ("I need to look this up.", "I do not know this; I will search for it.",
                   "Question: {question} I should search.", "Let me search for {query}.")
-NEXT_THOUGHTS = ("I found {title}; I need one more search.", "The page {title} helps, but I need one more search.",
-                 "Now I search for {query}.", "The documents do not say it; I will search another way.")
-QUOTE_THOUGHTS = ('{title} says: "{sentence}"', 'The documents say: "{sentence}"', 'From {title}: "{sentence}"')
+NEXT_THOUGHTS = ("The documents do not say it; I need one more search.", "None of these answers it; I will search "
+                 "another way.", "Now I search for {query}.")
+FOUND_THOUGHTS = ("The answer is in Doc {n}.", "Doc {n} answers it.")
+"""The warm start's last thought names the document that holds the answer instead of quoting it: a 135M policy
+trained to write ``<title> says: "<sentence>"`` looped on that template under greedy decoding (docs/training.md),
+while a document number is one token it cannot get stuck in."""
 GUESS_THOUGHTS = ("The documents do not say it directly.", "I did not find it stated; my best guess follows.")
 
 # -- ChatML -------------------------------------------------------------------------------------------------------

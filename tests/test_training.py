@@ -104,8 +104,8 @@ def test_warm_start_examples_are_valid_policy_turns() -> None:
         policy = "".join(ch for ch, m in zip(text, ex.mask) if m)
         assert "Joran Veld is a painter." in text and "Joran Veld is a painter." not in policy  # information: masked
         assert "A town." in text and "A town." not in policy
-        # the last turn keeps reading: it quotes the sentence that holds the answer and copies the answer verbatim
-        assert "He was born in tarsk in 1901." in policy.rsplit("<think>", 1)[1]
+        # the last turn names the answer's document and copies the answer verbatim, as written there
+        assert "Doc 1" in policy.rsplit("<think>", 1)[1]
         assert policy.endswith("<answer> tarsk </answer>")
         turns = policy.split("</search>")
         assert all(parse_turn(t + "</search>").kind == "search" for t in turns[:-1])
@@ -115,26 +115,29 @@ def test_warm_start_examples_are_valid_policy_turns() -> None:
     assert build_example(QAItem("2", "q", ["a"], []), [], tok, random.Random(0)) is None
 
 
-def test_warm_start_turns_fit_the_loops_turn_budget() -> None:
-    """A long answer sentence is quoted as the words around the answer, so the trained last turn fits
-    max_turn_tokens (the loop cuts longer turns off) and still ends with the verbatim answer."""
-    from training.sft import build_example, gold_documents, gold_plan, quote_window
+def test_warm_start_names_the_answers_document_and_copies_no_title() -> None:
+    """The last turn names the document that holds the answer (its number in the information block) and copies the
+    verbatim answer; no policy turn copies a title or quotes a sentence (a small policy looped on that template)."""
+    from training.sft import build_example, gold_documents, gold_plan
 
     tok = CharTokenizer()
     tok.apply_chat_template = lambda m, **kw: f"<user>{m[0]['content']}</user>"  # type: ignore[attr-defined]
-    long = ("Joran Veld (born 3 March 1901 in the old harbour quarter of the river town of Tarsk, then a busy port "
-            "on the Ossel waterway) was a painter of ships.")
-    item = QAItem("1", "Where was Joran Veld born?", ["Tarsk"], [GoldPassage("Joran Veld", long)])
+    item = QAItem("1", "Where was Joran Veld born?", ["Tarsk"],
+                  [GoldPassage("Ossel waterway", "The Ossel waterway is busy."),
+                   GoldPassage("Joran Veld", "Joran Veld (born 1901 in Tarsk) was a painter of ships.")])
     docs = gold_documents(item, {})
-    for seed in range(4):
+    lasts = set()
+    for seed in range(8):
         rng = random.Random(seed)
-        ex = build_example(item, gold_plan(item, docs, rng)[:1], tok, rng, max_turn_tokens=90,
-                           max_information_tokens=1000, k=1)
+        plan = gold_plan(item, docs, rng)
+        ex = build_example(item, plan, tok, rng, max_information_tokens=1000, k=2)
         policy = "".join(ch for ch, m in zip(tok.decode(ex.ids), ex.mask) if m)
-        last = "<think>" + policy.rsplit("<think>", 1)[1]
-        assert len(last) <= 90 and last.endswith("<answer> Tarsk </answer>") and "Tarsk" in last.split("</think>")[0]
-    assert quote_window("a b Tarsk c d", "Tarsk", lambda q: len(q) <= 9) == "b Tarsk c"
-    assert quote_window("a b Tarsk c d", "Tarsk", lambda q: True) == "a b Tarsk c d"
+        last = policy.rsplit("<think>", 1)[1]
+        assert policy.endswith("<answer> Tarsk </answer>") and "Joran Veld (" not in policy and "Ossel" not in last
+        n = 1 if len(plan) == 2 else 2  # two searches: Joran Veld's page is the first document of the second block
+        assert f"Doc {n}" in last.split("</think>")[0]
+        lasts.add(last)
+    assert len(lasts) > 1  # the wording varies
 
 
 def test_routing_warm_start_uses_the_labelled_mode_and_searches_again_where_it_missed() -> None:

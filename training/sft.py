@@ -9,7 +9,7 @@ Each training example is a trajectory the policy *could* have produced. Two plan
   let the reader answer it (routing labels from ``routerag eval`` records of the naive one-search strategies, see
   :func:`training.data.routing_labels`), and a second search in another mode when the first misses the answer.
 
-The last turn quotes the sentence that holds the answer and copies the answer from it. The information blocks are
+The last turn names the document that holds the answer and copies the answer from it. The information blocks are
 formatted as the policy loop formats them (:func:`routerag.policy.loop.information_block`), the thoughts and search
 tags come from :mod:`routerag.prompts`, and only the tokens the policy would write are trained on.
 """
@@ -34,7 +34,7 @@ from routerag.policy.card import PolicyCard
 from routerag.policy.citations import split_sentences
 from routerag.policy.loop import information_block
 from routerag.policy.tokens import TokenCounter
-from routerag.prompts import (DEFAULT_INSTRUCTION, FIRST_THOUGHTS, GUESS_THOUGHTS, NEXT_THOUGHTS, QUOTE_THOUGHTS,
+from routerag.prompts import (DEFAULT_INSTRUCTION, FIRST_THOUGHTS, FOUND_THOUGHTS, GUESS_THOUGHTS, NEXT_THOUGHTS,
                               SEARCH_TAGS, user_message)
 from routerag.retrieval import RetrievalResult, RetrievedDoc
 from routerag.vocabulary import Mode
@@ -105,35 +105,15 @@ def answer_span(docs: Sequence[RetrievedDoc], golds: Sequence[str]) -> tuple[Ret
     return None
 
 
-def quote_window(sentence: str, answer: str, fits: Any) -> str:
-    """The longest run of the sentence's words around the answer's first word for which ``fits(quote)`` holds, grown
-    one word at a time on each side (the answer's words at least, and the whole sentence when it fits)."""
-    if fits(sentence):
-        return sentence
-    words = sentence.split()
-    first = answer.split()[0].lower() if answer.split() else ""
-    at = next((i for i, w in enumerate(words) if first and first in w.lower()), 0)
-    lo, hi = at, min(len(words), at + max(1, len(answer.split())))
-    while True:
-        grown = False
-        if hi < len(words) and fits(" ".join(words[lo:hi + 1])):
-            hi, grown = hi + 1, True
-        if lo > 0 and fits(" ".join(words[lo - 1:hi])):
-            lo, grown = lo - 1, True
-        if not grown:
-            return " ".join(words[lo:hi])
-
-
 def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, rng: random.Random, *,
                   template: str = DEFAULT_INSTRUCTION,
                   max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],
-                  k: int = LOOP_DEFAULTS["k"],
-                  max_turn_tokens: int = LOOP_DEFAULTS["max_turn_tokens"]) -> TokenSequence | None:
+                  k: int = LOOP_DEFAULTS["k"]) -> TokenSequence | None:
     """One warm-start trajectory as tokens with its loss mask (only the policy's own turns are trained), or None
-    without searches or gold answers. The last turn keeps reading: its thought quotes the sentence that holds the
-    answer and the answer is copied from it verbatim (a short span, not a sentence). Every turn fits the loop's
-    ``max_turn_tokens``: a long sentence is quoted as the words around the answer (a policy trained on turns longer
-    than the loop allows is cut off mid-turn)."""
+    without searches or gold answers. The last turn names the document that holds the answer (``Doc n`` of its
+    information block, :data:`~routerag.prompts.FOUND_THOUGHTS`) and copies the answer from it verbatim (a short span,
+    not a sentence); where no document holds it, a guess. No turn copies a title or a sentence: a small policy trained
+    to quote looped on the quote's template."""
     if not plan or not item.answers:
         return None
     counter = TokenCounter(tokenizer)
@@ -144,18 +124,16 @@ def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, r
         if n == 0:
             think = rng.choice(FIRST_THOUGHTS).format(question=item.question, query=step.query)
         else:
-            first_title = plan[0].docs[0].title if plan[0].docs else "nothing"
-            think = rng.choice(NEXT_THOUGHTS).format(title=first_title, query=step.query)
+            think = rng.choice(NEXT_THOUGHTS).format(query=step.query)
         parts.append((f"<think>{think}</think>\n<search>{SEARCH_TAGS[step.mode]} {step.query}</search>", 1))
         parts.append((information_block(step.docs, counter, max_information_tokens), 0))
     seen = [d for step in plan for d in step.docs]
     found = answer_span([RetrievedDoc(d.id, d.title, counter.truncate(d.text, max_information_tokens // k),
                                       d.score) for d in seen], item.answers)
     if found is not None:
-        doc, sentence, answer = found
-        quote = rng.choice(QUOTE_THOUGHTS)
-        last = lambda q: f"<think>{quote.format(title=doc.title, sentence=q)}</think>\n<answer> {answer} </answer>"  # noqa: E731
-        turn = last(quote_window(sentence, answer, lambda q: counter.count(last(q)) <= max_turn_tokens))
+        doc, _, answer = found
+        n = next(j for step in plan for j, d in enumerate(step.docs, 1) if d.id == doc.id)
+        turn = f"<think>{rng.choice(FOUND_THOUGHTS).format(n=n)}</think>\n<answer> {answer} </answer>"
     else:
         answer = item.answers[0]
         turn = f"<think>{rng.choice(GUESS_THOUGHTS)}</think>\n<answer> {answer} </answer>"

@@ -195,8 +195,7 @@ def sft_cmd(
                  for i, it in enumerate(items)]
     model_, tok = load_policy(settings.train)
     examples = [ex for it, pl in zip(items, plans)
-                if (ex := build_example(it, pl, tok, rng, template=policy.template, max_information_tokens=info, k=k,
-                                               max_turn_tokens=policy.loop["max_turn_tokens"]))]
+                if (ex := build_example(it, pl, tok, rng, template=policy.template, max_information_tokens=info, k=k))]
     if not examples:
         raise ValueError("no usable examples: the questions need answers (and, for --plan gold, supporting passages "
                          "found in the index)")
