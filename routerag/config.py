@@ -295,17 +295,37 @@ class TrainConfig(LoopSettings):
     verl: VerlConfig = VerlConfig()
 
 
+class IndexKey(StrictModel):
+    """An API key limited to some of the served indexes (``[[server.index_keys]]``)."""
+
+    key: SecretStr
+    indexes: list[str] = Field(min_length=1)
+    """The index names this key may query (and, without an ``admin_key``, add documents to and delete from)."""
+
+
 class ServerConfig(StrictModel):
     """The REST server (``routerag serve``): where it listens, who may call it, and how much one request may ask.
 
     ``api_key`` (also ``ROUTERAG_SERVER__API_KEY``) makes every route but ``/health`` and the docs (``/docs``,
-    ``/redoc``, ``/openapi.json``) require ``Authorization: Bearer <key>``; unset or empty, the server is open."""
+    ``/redoc``, ``/openapi.json``) require ``Authorization: Bearer <key>``; unset or empty, the server is open unless
+    an ``admin_key`` or ``index_keys`` are set. Who may do what:
+
+    * ``api_key``: every index; writes too unless an ``admin_key`` is set;
+    * ``index_keys``: each key only its indexes (reads; writes too unless an ``admin_key`` is set);
+    * ``admin_key``: every index, and the only key that may write (``POST`` and ``DELETE /documents``) once set."""
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     api_key: SecretStr | None = None
+    admin_key: SecretStr | None = None
+    """Set: adding and deleting documents need this key, and the other keys may only read."""
+    index_keys: list[IndexKey] = Field(default_factory=list)
     max_body_bytes: int = Field(65536, ge=256)
     """Larger request bodies get 413 before they are parsed (chunked bodies are counted as they arrive)."""
+    max_upload_bytes: int = Field(64 << 20, ge=256)
+    """The body limit of ``POST /documents`` (a JSONL, JSON or multipart upload of passages)."""
+    max_pending_jobs: int = Field(4, ge=1)
+    """Ingestion jobs queued or running per index; one more is refused with 409 until one finishes."""
     max_question_chars: int = Field(2000, ge=1)
     max_budget: int = Field(8, ge=0)
     """The largest search budget a request may ask for (its default is ``policy.budget``)."""

@@ -28,6 +28,8 @@ class Engine:
                  search: SearchBackend | None = None, retriever: Retriever | None = None,
                  answer_generator: Generator | None = None) -> None:
         self.settings = settings or Settings()
+        self.index = index
+        """The index's path (what :meth:`reload` opens again after an update)."""
         pol = self.settings.policy
         self.retriever = retriever or Retriever(index, self.settings.retrieval)
         if generator is None:
@@ -36,7 +38,9 @@ class Engine:
         exclusive = None
         gen_batcher = getattr(generator, "batcher", None)
         if pol.isolate_retrieval and isinstance(gen_batcher, MicroBatcher):  # in-process models only
-            exclusive = gen_batcher.exclusive = threading.Lock()
+            # engines over several indexes share one model: they share its lock too, or one index's searches
+            # would run during another's generation
+            exclusive = gen_batcher.exclusive = gen_batcher.exclusive or threading.Lock()
         self.search = search or LocalSearch(self.retriever, exclusive=exclusive)
         self.policy = resolve_policy(pol)
         """The loop settings, template and reader in effect: the user's, else the policy's card, else defaults."""
@@ -64,6 +68,18 @@ class Engine:
         """Batched retrieval without the policy (the ``/retrieve`` endpoint), off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: self.retriever.search(queries, mode=mode, k=k))
+
+    def reload(self) -> Retriever:
+        """Open the index's current version, warm it up, then swap it in for every later search; returns the new
+        retriever. Searches already running finish on the version they started with, and no request waits: the
+        server calls this after an ingestion job published a new version (old versions stay readable while
+        pinned). Costs one index load off the event loop, and the memory of two versions until the old is freed."""
+        if not isinstance(self.search, LocalSearch) or self.search.retriever is not self.retriever:
+            raise ValueError("this engine does not search its own index in process; nothing to reload")
+        fresh = Retriever(self.index, self.settings.retrieval, embedder=self.retriever.embedder)
+        fresh.warm_up()
+        self.retriever = self.search.retriever = fresh
+        return fresh
 
     def warm_up(self) -> None:
         """Load the lazily loaded parts (the graph, the query encoder) before serving: the first request of a cold

@@ -23,7 +23,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -41,30 +42,27 @@ from routerag.policy.types import Summary
 from routerag.retrieval import QueryError, RetrievalResult
 
 from .admission import Gate, Overloaded, Slot, ask_limits, retrieve_limits
+from .chat import chat_routes
+from .errors import APIError
+from .jobs import JobError, JobRunner, Target
 from .metrics import DISCONNECTED_STATE, ServerMetrics, MetricsMiddleware
-from .protocol import (STREAM_EVENTS, AskRequest, AskResponse, Document, ErrorResponse, RetrieveRequest,
-                       RetrieveResponse, ScoredDocument, StatusResponse, request_models)
-from .security import APIKeyMiddleware, BodyLimitMiddleware, JSONContentTypeMiddleware, error_response
+from .protocol import (STREAM_EVENTS, AskRequest, AskResponse, DeleteDocuments, Document, ErrorResponse,
+                       HealthResponse, IndexInfo, IndexList, Job, JobAccepted, RetrieveRequest, RetrieveResponse,
+                       ScoredDocument, StatusResponse, request_models)
+from .security import (ACCESS_STATE, OPEN, Access, APIKeyMiddleware, BodyLimitMiddleware, JSONContentTypeMiddleware,
+                       error_response, key_ring)
 
 log = logging.getLogger(__name__)
 
 PUBLIC_PATHS = ("/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
-JSON_PATHS = ("/ask", "/retrieve")
+JSON_PATHS = ("/ask", "/retrieve", "/documents/delete", "/v1/chat/completions")
+UPLOAD_PATH = "/documents"
+NO_ACCESS = Access(frozenset(), False)
+"""A caller without a key on a public path of a server with keys: it may see that the server lives, nothing more."""
 _FASTAPI_BODY_ERROR = "There was an error parsing the body"
 _STATUS_TYPES = {400: "bad_request", 401: "authentication_error", 403: "forbidden", 404: "not_found",
-                 405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type",
+                 405: "method_not_allowed", 409: "conflict", 413: "request_too_large", 415: "unsupported_media_type",
                  422: "validation_error", 503: "not_ready", 504: "timeout"}
-
-
-class APIError(Exception):
-    """An error with its HTTP status and error type, raised by route code and rendered by one handler."""
-
-    def __init__(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.kind, self.message, self.headers = status, kind, message, headers
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"type": self.kind, "message": self.message}}
 
 
 def ask_response(summary: Summary, total_ms: float) -> AskResponse:
@@ -117,26 +115,59 @@ async def _wait_disconnect(request: Request) -> None:
         pass
 
 
-def create_app(engine: Engine, settings: Settings) -> FastAPI:
-    """A FastAPI app serving ``engine`` with the limits, auth and defaults of ``settings.server``."""
+def served_name(engine: Engine) -> str:
+    """The name an index is served under when none is given: its directory's name."""
+    return index_path(engine).name or "default"
+
+
+def index_path(engine: Engine) -> Path:
+    """The directory an engine serves (an engine may have been given the opened index instead of its path)."""
+    from graph_index.store import IndexData
+
+    return engine.index.root if isinstance(engine.index, IndexData) else Path(str(engine.index))
+
+
+def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
+               components: Mapping[str, Any] | None = None) -> FastAPI:
+    """A FastAPI app serving one engine, or several by name (``routerag serve A=DIR B=DIR``), with the limits, auth
+    and defaults of ``settings.server``. Engines over several indexes should share one generator (one model in
+    memory, one batch); ``components`` (per index name, the build's loaded embedder and extractor) serve its
+    ingestion jobs, which otherwise load them for every job."""
+    served: dict[str, Engine] = dict(engines) if isinstance(engines, Mapping) else {served_name(engines): engines}
+    if not served:
+        raise ValueError("create_app needs at least one engine")
+    for name in served:
+        if not name or "/" in name or name != name.strip():
+            raise ValueError(f"index name {name!r}: use letters, digits, dots, dashes or underscores")
+    engine = next(iter(served.values()))  # the shared model's properties (admission limits) come from the first
     cfg = settings.server
     ask_model, retrieve_model = request_models(cfg, settings.retrieval.max_query_chars)
     timeout_s = cfg.request_timeout_s
     retrieve_mode = cfg.retrieve_mode or settings.retrieval.mode
     metrics = ServerMetrics()
     backend_errors = _backend_errors()
-    api_key = cfg.api_key.get_secret_value() if cfg.api_key is not None else ""
+    ring = key_ring(cfg, served)
+    api_key = "on" if ring else ""
     gates = {"/ask": Gate("/ask", ask_limits(settings, getattr(engine, "generator", None)), metrics),
              "/retrieve": Gate("/retrieve", retrieve_limits(settings), metrics)}
     for route, gate in gates.items():
         metrics.admission_limit.labels(route, "in_flight").set(gate.max_inflight)
         metrics.admission_limit.labels(route, "queue").set(gate.max_queue)
 
+    def finished(job: Job) -> None:
+        metrics.jobs.labels(job.index, job.op, job.state).inc()
+
+    jobs = JobRunner({name: Target(index_path(e), e.reload,
+                                   lambda e=e: e.retriever.passages) for name, e in served.items()},
+                     settings, components=dict(components or {}), max_pending=cfg.max_pending_jobs, on_finish=finished)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # load the graph and the query encoder off the event loop; /ready answers 503 until it is done
-        if not engine.ready:
-            await asyncio.get_running_loop().run_in_executor(None, engine.warm_up)
+        # load the graphs and the query encoder off the event loop; /ready answers 503 until it is done
+        for e in served.values():
+            if not e.ready:
+                await asyncio.get_running_loop().run_in_executor(None, e.warm_up)
+        jobs.resume()  # jobs a killed server left behind: their index still serves its last published version
         yield
 
     app = FastAPI(
@@ -144,13 +175,16 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
         title="RouteRAG server", version=__version__,
         description="Graph-text hybrid retrieval-augmented generation with a learned router: ask a question (the "
                     "policy decides per search between dense passages, the knowledge graph or both), or retrieve "
-                    "with a chosen mode (Search-R1's /retrieve protocol)."
+                    "with a chosen mode (Search-R1's /retrieve protocol); add and delete documents while serving; "
+                    "several indexes in one server; an OpenAI-compatible chat endpoint."
                     + (" Every route except /health and the docs needs `Authorization: Bearer <key>`."
                        if api_key else ""))
     app.state.engine = engine
+    app.state.engines = served
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.gates = gates
+    app.state.jobs = jobs
 
     errors: dict[int | str, dict[str, Any]] = {
         413: {"model": ErrorResponse, "description": f"Body over {cfg.max_body_bytes} bytes."},
@@ -168,6 +202,8 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
     }
     if api_key:
         errors[401] = {"model": ErrorResponse, "description": "Missing or wrong API key."}
+        errors[403] = {"model": ErrorResponse, "description": "The key may not use (or change) this index."}
+    errors[404] = {"model": ErrorResponse, "description": "No such index (or job, or document)."}
     retrieve_errors = {**errors, 400: {"model": ErrorResponse, "description": "A query the retriever refuses beyond "
                                                                               "what the schema states."}}
 
@@ -207,26 +243,52 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
             metrics.errors.labels(route, "overloaded").inc()
             raise APIError(503, "overloaded", exc.message, {"Retry-After": str(exc.retry_after_s)}) from None
 
-    async def run_ask(req: AskRequest, slot: Slot, deadline: float, on_event: Any = None) -> Summary:
+    def access_of(request: Request) -> Access:
+        """What the caller's key allows (everything on a server without keys)."""
+        return request.scope.get("state", {}).get(ACCESS_STATE, NO_ACCESS if ring else OPEN)
+
+    def pick(request: Request, name: str | None, *, write: bool = False, route: str = "") -> tuple[str, Engine]:
+        """The index a request names (or the only one served), checked against the caller's key."""
+        access = access_of(request)
+        if name is None:
+            if len(served) > 1:
+                raise APIError(422, "validation_error", "index: required, this server serves several: "
+                                                        + ", ".join(n for n in served if access.can_read(n)))
+            name = next(iter(served))
+        if name not in served:
+            names = ", ".join(n for n in served if access.can_read(n)) or "none for this key"
+            raise APIError(404, "not_found", f"no index named {name!r} (serving: {names})")
+        if not access.can_read(name):
+            raise APIError(403, "forbidden", f"this key may not use index {name!r}")
+        if write and not access.can_write(name):
+            raise APIError(403, "forbidden", f"this key may not change index {name!r}"
+                                             + (" (writes need server.admin_key)" if cfg.admin_key else ""))
+        if route:
+            metrics.index_requests.labels(name, route).inc()
+        return name, served[name]
+
+    async def run_ask(req: AskRequest, slot: Slot, deadline: float, on_event: Any = None, *,
+                      target: tuple[str, Engine] | None = None) -> Summary:
         """The trajectory's summary, within what is left of the request's time; frees ``slot`` however it ends."""
-        served = False
+        served_ok = False
+        name, eng = target or (next(iter(served)), engine)
         try:
-            traj = await asyncio.wait_for(engine.ask(req.question, mode=req.mode, budget=req.budget, k=req.k,
-                                                     on_event=on_event), remaining(deadline))
-            served = True
+            traj = await asyncio.wait_for(eng.ask(req.question, mode=req.mode, budget=req.budget, k=req.k,
+                                                  on_event=on_event), remaining(deadline))
+            served_ok = True
         except Exception as exc:
             # a timeout is a lower bound of the service time: still worth counting
-            served = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
+            served_ok = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
             mapped = _mapped("/ask", exc)
             if mapped is exc:
                 raise
             raise mapped from exc
         finally:
-            slot.release(served)
+            slot.release(served_ok)
         summary = traj.summary()
         for search in summary.searches:
-            metrics.searches.labels(search.mode, "ask").inc()
-        metrics.finish.labels(summary.finish).inc()
+            metrics.searches.labels(search.mode, "ask", name).inc()
+        metrics.finish.labels(summary.finish, name).inc()
         return summary
 
     async def until_disconnect(request: Request, work: Any) -> Any:
@@ -258,13 +320,13 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
         metrics.errors.labels(route, err.kind).inc()
         return err
 
-    async def stream_events(req: AskRequest, t0: float, slot: Slot, deadline: float,
-                            ended: dict[str, bool]) -> AsyncIterator[ServerSentEvent]:
+    async def stream_events(req: AskRequest, t0: float, slot: Slot, deadline: float, ended: dict[str, bool],
+                            target: tuple[str, Engine]) -> AsyncIterator[ServerSentEvent]:
         """One SSE per loop event (think, search, information, answer), then ``done`` with the full AskResponse, or
         ``error`` with an error body. The trajectory runs in its own task so that a client who leaves cancels it.
         ``ended["yes"]`` is set once the last event was sent: a disconnect after it is the normal end of a stream."""
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        task = asyncio.ensure_future(run_ask(req, slot, deadline, on_event=queue.put_nowait))
+        task = asyncio.ensure_future(run_ask(req, slot, deadline, on_event=queue.put_nowait, target=target))
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while (event := await queue.get()) is not None:
@@ -317,16 +379,17 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
     async def ask(req: ask_model, request: Request) -> Any:  # type: ignore[valid-type]
         """Answer a question with the routing policy: it reasons, searches (passage, graph or both) and answers."""
         t0 = time.perf_counter()
+        target = pick(request, req.index, route="/ask")
         deadline = asyncio.get_running_loop().time() + timeout_s
         slot = await until_disconnect(request, admit("/ask", deadline))
         if slot is None:
             return client_left()
         if req.stream:
             ended = {"yes": False}
-            return EventSourceResponse(stream_events(req, t0, slot, deadline, ended),
+            return EventSourceResponse(stream_events(req, t0, slot, deadline, ended, target),
                                        client_close_handler_callable=stream_disconnect_handler(request, ended),
                                        background=BackgroundTask(slot.release))
-        summary = await until_disconnect(request, run_ask(req, slot, deadline))
+        summary = await until_disconnect(request, run_ask(req, slot, deadline, target=target))
         if summary is None:
             slot.release()
             return client_left()
@@ -340,62 +403,199 @@ def create_app(engine: Engine, settings: Settings) -> FastAPI:
         return error_response(499, "client_disconnected", "the client closed the connection before the answer")
 
     @app.post("/retrieve", response_model=RetrieveResponse, responses=retrieve_errors)
-    async def retrieve(req: retrieve_model) -> Response:  # type: ignore[valid-type]
+    async def retrieve(req: retrieve_model, request: Request) -> Response:  # type: ignore[valid-type]
         """Retrieve documents for a batch of queries without the policy (Search-R1's protocol plus `mode`)."""
         r: RetrieveRequest = req
+        name, eng = pick(request, r.index, route="/retrieve")
         mode = r.mode or retrieve_mode
         k = r.topk or settings.retrieval.k
         deadline = asyncio.get_running_loop().time() + timeout_s
         slot = await admit("/retrieve", deadline)
-        served = False
+        served_ok = False
         try:
-            results = await asyncio.wait_for(engine.retrieve(list(r.queries), mode, k), remaining(deadline))
-            served = True
+            results = await asyncio.wait_for(eng.retrieve(list(r.queries), mode, k), remaining(deadline))
+            served_ok = True
         except Exception as exc:
-            served = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
+            served_ok = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
             mapped = _mapped("/retrieve", exc)
             if mapped is exc:
                 raise
             raise mapped from exc
         finally:
-            slot.release(served)
-        metrics.searches.labels(mode, "retrieve").inc(len(results))
+            slot.release(served_ok)
+        metrics.searches.labels(mode, "retrieve", name).inc(len(results))
         return Response(retrieve_response(results, mode, r.return_scores).model_dump_json(),
                         media_type="application/json")
 
-    @app.get("/health", response_model=StatusResponse)
-    async def health() -> StatusResponse:
-        """Liveness: the process answers (no auth)."""
-        return StatusResponse(status="ok")
+    def index_info(name: str) -> IndexInfo:
+        eng = served[name]
+        retriever = eng.retriever
+        memory = retriever.memory_bytes() if hasattr(retriever, "memory_bytes") else 0
+        version = getattr(getattr(retriever, "data", None), "version", "")
+        passages = len(getattr(retriever, "passages", []))
+        metrics.index_passages.labels(name).set(passages)
+        metrics.index_memory.labels(name).set(memory)
+        return IndexInfo(name=name, passages=passages, version=version, memory_mb=round(memory / 2**20, 1),
+                         jobs_pending=len(jobs.pending(name)))
+
+    def readable(request: Request) -> list[str]:
+        access = access_of(request)
+        return [n for n in served if access.can_read(n)]
+
+    @app.get("/health", response_model=HealthResponse)
+    async def health(request: Request) -> HealthResponse:
+        """Liveness: the process answers (no auth). With a valid key (or none configured), also the memory of each
+        index the key may read and of the whole process."""
+        return HealthResponse(status="ok", rss_mb=round(_rss_mb(), 1),
+                              indexes=[index_info(n) for n in readable(request)])
 
     @app.get("/ready", response_model=StatusResponse, responses={
-        503: {"model": ErrorResponse, "description": "The engine is not loaded."},
+        503: {"model": ErrorResponse, "description": "An engine is not loaded."},
         **({401: errors[401]} if api_key else {})})
     async def ready() -> StatusResponse:
-        """Readiness: the engine (index and policy) is loaded."""
-        if not engine.ready:
-            raise APIError(503, "not_ready", "the engine is not loaded yet")
+        """Readiness: every served index and the policy are loaded."""
+        waiting = [n for n, e in served.items() if not e.ready]
+        if waiting:
+            raise APIError(503, "not_ready", f"not loaded yet: {', '.join(waiting)}")
         return StatusResponse(status="ready")
+
+    @app.get("/indexes", response_model=IndexList, responses={**({401: errors[401]} if api_key else {})})
+    async def indexes(request: Request) -> IndexList:
+        """The indexes this key may use: passages, served version, memory and pending ingestion jobs."""
+        return IndexList(indexes=[index_info(n) for n in readable(request)])
 
     @app.get("/metrics", response_class=Response, responses={
         200: {"content": {"text/plain": {"schema": {"type": "string"}}},
               "description": "Prometheus text exposition format."},
         **({401: errors[401]} if api_key else {})})
     async def prometheus_metrics() -> Response:
-        """Prometheus metrics: requests by route and status, latency histograms, searches per mode, finishes."""
+        """Prometheus metrics: requests by route and status, latency histograms, searches per mode and index,
+        finishes, per-index passages and memory, ingestion jobs."""
+        for name in served:
+            index_info(name)
         return Response(metrics.render(), media_type=metrics.content_type)
+
+    # -- ingestion ----------------------------------------------------------------------------------------------------
+
+    job_errors = {k: v for k, v in errors.items() if k not in (502, 503, 504)}
+    job_errors[409] = {"model": ErrorResponse, "description": "The index has server.max_pending_jobs jobs queued "
+                                                              "or running, or the delete would empty it."}
+    upload_errors = {**job_errors, 413: {"model": ErrorResponse,
+                                         "description": f"Upload over {cfg.max_upload_bytes} bytes."},
+                     415: {"model": ErrorResponse, "description": "Not JSONL, JSON or a multipart file upload."},
+                     422: {"model": ErrorResponse, "description": "A malformed record (named by its line), or no "
+                                                                  "passages at all."}}
+
+    async def accept(work: Any) -> Response:
+        try:
+            job = await work
+        except JobError as exc:
+            raise APIError(exc.status, exc.kind, exc.message) from None
+        body = JobAccepted(job=job.id, index=job.index, state=job.state)
+        return Response(body.model_dump_json(), status_code=202, media_type="application/json",
+                        headers={"Location": f"/jobs/{job.id}"})
+
+    @app.post(UPLOAD_PATH, status_code=202, response_model=JobAccepted, responses=upload_errors, openapi_extra={
+        "requestBody": {"required": True, "content": {
+            "application/x-ndjson": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+            "multipart/form-data": {"schema": {"type": "object", "properties": {
+                "file": {"type": "string", "format": "binary"}}, "required": ["file"]}}}}})
+    async def add_documents(request: Request, index: str | None = None) -> Response:
+        """Add passages while serving: a JSONL body (`application/x-ndjson`), a JSON array, or a multipart file
+        upload, each record `{"title", "text"}` with an optional `"id"` (the corpus format of `routerag build-graph`).
+        The body is checked and kept before the answer: `{"job"}`, which `GET /jobs/{job}` follows. The job runs the
+        incremental update of `routerag index add` and then swaps the new version in; queries keep being answered
+        from the current one meanwhile."""
+        name, _ = pick(request, index, write=True, route=UPLOAD_PATH)
+        media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media == "multipart/form-data":
+            body, kind = await _uploaded_file(request)
+        elif media in ("application/x-ndjson", "application/jsonl", "application/jsonlines", "text/plain"):
+            body, kind = await request.body(), "jsonl"
+        elif media == "application/json":
+            body, kind = await request.body(), "json"
+        else:
+            raise APIError(415, "unsupported_media_type",
+                           f"Content-Type {media or '(none)'!r}: send JSONL (application/x-ndjson), a JSON array "
+                           "(application/json) or a file (multipart/form-data, field 'file')")
+        if not body.strip():
+            raise APIError(422, "invalid_document", "the body holds no passages")
+        return await accept(jobs.submit_add(name, body, kind))
+
+    @app.delete("/documents/{doc_id}", status_code=202, response_model=JobAccepted, responses=job_errors)
+    async def delete_document(doc_id: str, request: Request, index: str | None = None) -> Response:
+        """Delete one passage by id, in a background job (`GET /jobs/{job}`); an unknown id is a 404 at once."""
+        name, _ = pick(request, index, write=True, route="/documents/{doc_id}")
+        return await accept(jobs.submit_delete(name, [doc_id]))
+
+    @app.post("/documents/delete", status_code=202, response_model=JobAccepted, responses=job_errors)
+    async def delete_documents(req: DeleteDocuments, request: Request) -> Response:
+        """Delete passages by id in one job; if any id is unknown, nothing is queued (404 naming them)."""
+        name, _ = pick(request, req.index, write=True, route="/documents/delete")
+        return await accept(jobs.submit_delete(name, list(req.ids)))
+
+    @app.get("/jobs/{job_id}", response_model=Job, responses={**({401: errors[401]} if api_key else {}),
+                                                               404: errors[404]})
+    async def job_status(job_id: str, request: Request) -> Job:
+        """An ingestion job: its state (queued, running, done, failed), counts, and the error that failed it."""
+        job = jobs.jobs.get(job_id)
+        if job is None or not access_of(request).can_read(job.index):
+            raise APIError(404, "not_found", f"no job {job_id!r}")
+        return job
+
+    @app.get("/jobs", response_model=list[Job], responses={**({401: errors[401]} if api_key else {})})
+    async def job_list(request: Request, index: str | None = None) -> list[Job]:
+        """The ingestion jobs of the indexes this key may read (or of one), newest first, at most 100."""
+        access = access_of(request)
+        found = [j for j in jobs.jobs.values() if access.can_read(j.index) and index in (None, j.index)]
+        return sorted(found, key=lambda j: j.created, reverse=True)[:100]
+
+    # -- OpenAI-compatible chat ---------------------------------------------------------------------------------------
+
+    app.include_router(chat_routes(pick=pick, readable=readable, admit=admit, run_ask=run_ask,
+                                   ask_model=ask_model, errors=errors, timeout_s=timeout_s))
 
     # -- guards, outermost last: metrics see every response, auth runs before the body is read, the content type is
     #    checked on the buffered body (so a refused client still reads its 415 rather than a reset) -------------------
 
     app.add_middleware(JSONContentTypeMiddleware, paths=JSON_PATHS)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
-    if api_key:
-        app.add_middleware(APIKeyMiddleware, api_key=api_key, public_paths=PUBLIC_PATHS)
-    _customise_openapi(app, with_auth=bool(api_key))
+    app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes,
+                       per_path={UPLOAD_PATH: (cfg.max_upload_bytes, "server.max_upload_bytes")})
+    if ring:
+        app.add_middleware(APIKeyMiddleware, keys=ring, public_paths=PUBLIC_PATHS)
+    _customise_openapi(app, with_auth=bool(ring))
     app.add_middleware(MetricsMiddleware, metrics=metrics,
                        paths=lambda: [getattr(r, "path", "") for r in app.routes])
     return app
+
+
+async def _uploaded_file(request: Request) -> tuple[bytes, str]:
+    """The first file of a multipart upload, and how to read it (``.json``: a JSON document, else JSONL)."""
+    from starlette.datastructures import UploadFile
+
+    form = await request.form()
+    try:
+        files = [v for v in form.values() if isinstance(v, UploadFile)]
+        if not files:
+            raise APIError(422, "invalid_document", "the multipart body holds no file (send it as field 'file')")
+        name = (files[0].filename or "").lower()
+        return await files[0].read(), "json" if name.endswith(".json") else "jsonl"
+    finally:
+        await form.close()
+
+
+def _rss_mb() -> float:
+    """This process's resident memory, from /proc (Linux) or resource's peak elsewhere."""
+    try:
+        with open("/proc/self/statm") as f:
+            import os
+
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def stream_item_schema() -> dict[str, Any]:

@@ -3,6 +3,7 @@ benchmarks, one server per index) can live in one process without clashing or do
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable
 
@@ -27,10 +28,19 @@ class ServerMetrics:
                                  "included).", ["route"], buckets=LATENCY_BUCKETS, registry=r)
         self.in_flight = Gauge("routerag_requests_in_flight", "Requests being served, by route.", ["route"],
                                registry=r)
-        self.searches = Counter("routerag_searches", "Searches by retrieval mode; source=ask: chosen in the policy "
-                                "loop, source=retrieve: /retrieve queries.", ["mode", "source"], registry=r)
-        self.finish = Counter("routerag_ask_finish", "Finished /ask trajectories by how they ended (answer, "
-                              "forced_answer, no_answer, error).", ["finish"], registry=r)
+        self.searches = Counter("routerag_searches", "Searches by retrieval mode and index; source=ask: chosen in the "
+                                "policy loop (/ask and /v1/chat/completions), source=retrieve: /retrieve queries.",
+                                ["mode", "source", "index"], registry=r)
+        self.finish = Counter("routerag_ask_finish", "Finished trajectories by how they ended (answer, forced_answer, "
+                              "no_answer, error), by index.", ["finish", "index"], registry=r)
+        self.index_requests = Counter("routerag_index_requests", "Requests that reached an index, by index and route.",
+                                      ["index", "route"], registry=r)
+        self.index_passages = Gauge("routerag_index_passages", "Passages in the served version, by index.", ["index"],
+                                    registry=r)
+        self.index_memory = Gauge("routerag_index_memory_bytes", "The served version's loaded search structures, by "
+                                  "index (not the shared models).", ["index"], registry=r)
+        self.jobs = Counter("routerag_ingestion_jobs", "Finished ingestion jobs by index, operation and state (done, "
+                            "failed).", ["index", "op", "state"], registry=r)
         self.errors = Counter("routerag_request_errors", "/ask and /retrieve requests that did not get their answer, "
                               "by error type (timeout, invalid_query, backend_error, overloaded, "
                               "client_disconnected).", ["route", "type"], registry=r)
@@ -69,12 +79,19 @@ class MetricsMiddleware:
         self.metrics = metrics
         self._paths_source = paths
         self._paths: frozenset[str] | None = None
+        self._templates: list[tuple[re.Pattern[str], str]] = []
 
     def _label(self, scope: Scope) -> str:
+        """The route's path, its template for a path with parameters (``/jobs/{job_id}``), else ``other``."""
         if self._paths is None:
-            self._paths = frozenset(self._paths_source())
+            paths = frozenset(self._paths_source())
+            self._templates = [(re.compile("^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(p)) + "$"), p)
+                               for p in paths if "{" in p]
+            self._paths = paths
         path = scope.get("path", "")
-        return path if path in self._paths else "other"
+        if path in self._paths:
+            return path
+        return next((template for pattern, template in self._templates if pattern.match(path)), "other")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

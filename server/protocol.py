@@ -51,6 +51,9 @@ NonBlank = Annotated[str, Field(json_schema_extra={"pattern": NON_BLANK_PATTERN}
 Question = NonBlank
 
 
+INDEX_FIELD = "The served index to use (`GET /indexes`); may be omitted when the server serves one."
+
+
 # -- /ask -------------------------------------------------------------------------------------------------------------
 
 
@@ -66,6 +69,7 @@ class AskRequest(BaseModel):
     mode: AskMode = Field("learned", description="`learned`: the policy routes each search; `passage`, `graph` or "
                                                  "`hybrid` force that retrieval mode for every search.")
     stream: bool = Field(False, description="Answer with Server-Sent Events (one event per step) instead of JSON.")
+    index: str | None = Field(None, description=INDEX_FIELD)
 
 
 class TokenUsage(BaseModel):
@@ -111,6 +115,7 @@ class RetrieveRequest(BaseModel):
     topk: int | None = Field(None, ge=1, description="Documents per query (the retrieval default if null).")
     return_scores: bool = Field(False, description="Wrap each document as {document, score}.")
     mode: Mode | None = Field(None, description="passage, graph or hybrid (server default if null).")
+    index: str | None = Field(None, description=INDEX_FIELD)
 
 
 class Document(BaseModel):
@@ -151,6 +156,164 @@ class ErrorResponse(BaseModel):
 
 class StatusResponse(BaseModel):
     status: str
+
+
+class IndexInfo(BaseModel):
+    name: str
+    passages: int
+    version: str = Field(description="The index version being served (it changes when an ingestion job lands).")
+    memory_mb: float = Field(description="Its loaded search structures (vectors, FAISS, facts, PageRank operator, "
+                                         "texts), not the shared models.")
+    jobs_pending: int = Field(description="Ingestion jobs queued or running on it.")
+
+
+class IndexList(BaseModel):
+    indexes: list[IndexInfo]
+
+
+class HealthResponse(StatusResponse):
+    rss_mb: float = Field(description="The whole process's resident memory.")
+    indexes: list[IndexInfo] = Field(default_factory=list,
+                                     description="Per served index (only those the caller's key may read).")
+
+
+# -- ingestion ----------------------------------------------------------------------------------------------------------
+
+JobState = Literal["queued", "running", "done", "failed"]
+JobOp = Literal["add", "delete"]
+
+
+class Job(BaseModel):
+    """An ingestion job as ``GET /jobs/{id}`` reports it."""
+
+    id: str
+    index: str
+    op: JobOp
+    state: JobState
+    created: float = Field(description="Unix time of acceptance.")
+    started: float | None = None
+    finished: float | None = None
+    counts: dict[str, int] = Field(default_factory=dict, description=(
+        "add: records and uploaded (distinct passages in the upload), added, duplicates (already indexed); delete: "
+        "requested, deleted; both, once done: passages (in the index after the job)."))
+    error: str | None = Field(None, description="Why the job failed; a bad record is named by its line "
+                                                "(`body:LINE: reason`).")
+    resumed: int = Field(0, description="Times the job was started again after a server restart.")
+
+
+class JobAccepted(BaseModel):
+    job: str = Field(description="The job's id: poll `GET /jobs/{job}`.")
+    index: str
+    state: JobState
+
+
+class DeleteDocuments(BaseModel):
+    """A batch delete: ``POST /documents/delete``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ids: list[NonBlank] = Field(min_length=1, max_length=100_000, description="Passage ids to remove.")
+    index: str | None = Field(None, description=INDEX_FIELD)
+
+
+# -- OpenAI-compatible chat ---------------------------------------------------------------------------------------------
+
+
+class ChatContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: str
+    content: str | list[ChatContentPart] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "\n".join(p.text for p in self.content if p.type == "text" and p.text)
+        return self.content or ""
+
+
+class ChatCompletionRequest(BaseModel):
+    """OpenAI's chat completion request. The routing policy answers the last user message; ``model`` names the
+    index. Sampling fields other clients send (temperature, max_tokens, …) are accepted and ignored: the policy runs
+    with the server's settings, so every client gets the same answer."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(description="The index to answer from (`GET /v1/models`).")
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+
+
+class ChatCompletionMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: ChatCompletionMessage
+    finish_reason: Literal["stop", "length"] = "stop"
+
+
+class ChatUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(BaseModel):
+    """OpenAI's chat completion, plus ``routerag``: the whole ``/ask`` answer (trace, searches, citations,
+    timings), which OpenAI clients ignore and ours read (``completion.model_extra["routerag"]`` in the openai SDK)."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: ChatUsage
+    routerag: AskResponse
+
+
+class ChatDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning_content: str | None = Field(None, description="The policy's thoughts and searches as they happen "
+                                                            "(the field reasoning models use, shown by many chat UIs).")
+
+
+class ChatChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChatDelta
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One event of a streamed chat completion; the last one carries ``routerag`` (the whole ``/ask`` answer)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    routerag: AskResponse | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "routerag"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
 
 
 # -- the events of a streamed /ask ------------------------------------------------------------------------------------

@@ -281,7 +281,10 @@ def test_internal_errors_are_json_500s(runner, index, retriever) -> None:
 
 
 def test_health_ready_docs_and_openapi(runner, app) -> None:
-    assert call(runner, app, "GET", "/health").json() == {"status": "ok"}
+    health = call(runner, app, "GET", "/health").json()
+    assert health["status"] == "ok" and health["rss_mb"] > 0
+    [idx] = health["indexes"]  # no keys configured: everyone sees the served index, its size and memory
+    assert idx["name"] == "idx" and idx["passages"] == 10 and idx["memory_mb"] > 0 and idx["jobs_pending"] == 0
     assert call(runner, app, "GET", "/ready").json() == {"status": "ready"}
     assert call(runner, app, "GET", "/docs").status_code == 200
     spec = call(runner, app, "GET", "/openapi.json").json()
@@ -337,10 +340,11 @@ def test_metrics_count_the_traffic(runner, index, retriever) -> None:
                  'routerag_http_requests_total{method="POST",route="/ask",status="401"} 1.0',
                  'routerag_http_requests_total{method="POST",route="/retrieve",status="200"} 1.0',
                  'routerag_http_requests_total{method="GET",route="other",status="404"} 1.0',
-                 'routerag_searches_total{mode="graph",source="ask"} 2.0',
-                 'routerag_searches_total{mode="passage",source="retrieve"} 3.0',
-                 'routerag_ask_finish_total{finish="answer"} 2.0',
-                 'routerag_ask_finish_total{finish="forced_answer"} 1.0',
+                 'routerag_searches_total{index="idx",mode="graph",source="ask"} 2.0',
+                 'routerag_searches_total{index="idx",mode="passage",source="retrieve"} 3.0',
+                 'routerag_ask_finish_total{finish="answer",index="idx"} 2.0',
+                 'routerag_ask_finish_total{finish="forced_answer",index="idx"} 1.0',
+                 'routerag_index_passages{index="idx"} 10.0',
                  'routerag_request_duration_seconds_count{route="/ask"} 5.0',
                  'routerag_request_duration_seconds_count{route="/retrieve"} 1.0']:
         assert line in text, line

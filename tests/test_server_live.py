@@ -90,7 +90,7 @@ def test_live_ask_stream_and_413_over_a_socket(server_url: str) -> None:
         for size in (70_000, 300_000):  # drained before the 413, so the client reads it instead of a reset
             r = c.post("/ask", content=b"{" + b" " * size + b"}", headers={"content-type": "application/json"})
             assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
-        assert c.get("/health").json() == {"status": "ok"}
+        assert c.get("/health").json()["status"] == "ok"
 
 
 def test_a_client_that_leaves_cancels_its_ask(index: Path, retriever: Retriever) -> None:

@@ -31,11 +31,14 @@ def cli_markdown() -> str:
 
 def openapi_schema() -> dict[str, Any]:
     """The schema of an app built with the default settings (no index needed: the engine is not touched)."""
+    from types import SimpleNamespace
+
     from server.app import create_app
 
     from ..config import Settings
 
-    return create_app(None, Settings()).openapi()  # type: ignore[arg-type]
+    stand_in = SimpleNamespace(index=Path("index"), ready=False, generator=None, reload=None, retriever=None)
+    return create_app({"index": stand_in}, Settings()).openapi()  # type: ignore[dict-item]
 
 
 def api_markdown(spec: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
-"""``routerag serve``: the REST server (``/ask``, ``/retrieve``, ``/health``, ``/ready``, ``/metrics``, ``/docs``) over
-one index, in one process: the index and the policy are loaded once and shared by all requests, which the backends
-micro-batch."""
+"""``routerag serve``: the REST server (``/ask``, ``/retrieve``, ``/documents``, ``/jobs``, ``/v1/chat/completions``,
+``/health``, ``/ready``, ``/metrics``, ``/docs``) over one index or several, in one process: the indexes and the policy
+are loaded once and shared by all requests, which the backends micro-batch. Several indexes share one policy model."""
 
 from __future__ import annotations
 
@@ -17,9 +17,28 @@ def register(app: typer.Typer) -> None:
     app.command("serve")(serve_cmd)
 
 
+def parse_indexes(specs: list[str]) -> dict[str, Path]:
+    """``DIR`` or ``NAME=DIR`` arguments → name → directory; a repeated name is an error (a missing directory is the
+    engine's to report, after the settings: a typo in them is reported first)."""
+    out: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        folder = Path(path if sep else spec).expanduser()
+        # the link's own name (an index path is a link to its current version), not its target's
+        name = name if sep else (folder.absolute().name or folder.resolve().name)
+        if not name or "/" in name:
+            raise ValueError(f"{spec!r}: an index is DIR or NAME=DIR, with a NAME without '/'")
+        if name in out:
+            raise ValueError(f"index name {name!r} given twice ({out[name]} and {folder}); name them: NAME=DIR")
+        out[name] = folder
+    return out
+
+
 @handle_errors
 def serve_cmd(
-    index: Annotated[Path, typer.Argument(help="Index directory.")],
+    indexes: Annotated[list[str], typer.Argument(
+        help="Index directories, each as DIR (served under its directory's name) or NAME=DIR.",
+        metavar="[NAME=]DIR...")],
     policy: PolicyOpt = None,
     backend: BackendOpt = None,
     base_url: BaseUrlOpt = None,
@@ -35,20 +54,36 @@ def serve_cmd(
     config: ConfigOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request.")] = False,
 ) -> None:
-    """Serve an index over HTTP: the routing policy at POST /ask (JSON or Server-Sent Events) and plain retrieval at
-    POST /retrieve (Search-R1's protocol plus a mode)."""
+    """Serve indexes over HTTP: the routing policy at POST /ask (JSON or Server-Sent Events) and at the
+    OpenAI-compatible POST /v1/chat/completions (model = index name), plain retrieval at POST /retrieve (Search-R1's
+    protocol plus a mode), and documents added and deleted while serving (POST /documents, DELETE
+    /documents/{id}, GET /jobs/{id})."""
     setup_logging(verbose)
     import uvicorn
 
     from server.app import create_app
 
-    engine = load_engine(index, config, policy_overrides(policy, backend, base_url, adapter, temperature, api),
+    from ..engine import Engine
+
+    named = parse_indexes(indexes)
+    first, *rest = named.items()
+    engine = load_engine(first[1], config, policy_overrides(policy, backend, base_url, adapter, temperature, api),
                          warm=True, server={"host": host, "port": port, "api_key": api_key})
     settings = engine.settings
-    app = create_app(engine, settings)
+    engines = {first[0]: engine}
+    for name, path in rest:  # the other indexes share the first one's policy model and settings
+        engines[name] = Engine(path, settings, generator=engine.generator)
+        engines[name].warm_up()
+    from graph_index.builder import Components, config_for_update
+
+    # each index's updates use its own build settings (models, graph) and the query encoder already loaded
+    components = {name: Components(config_for_update(e.retriever.data, settings), embedder=e.retriever.embedder)
+                  for name, e in engines.items()}
+    app = create_app(engines, settings, components=components)
     srv = settings.server
-    err_console.print(f"serving {index} on http://{srv.host}:{srv.port} (policy {engine.generator.name}, "
-                      f"auth {'on' if srv.api_key and srv.api_key.get_secret_value() else 'off'}; docs at /docs)",
+    keyed = any(k and k.get_secret_value() for k in (srv.api_key, srv.admin_key)) or bool(srv.index_keys)
+    err_console.print(f"serving {', '.join(f'{n} ({p})' for n, p in named.items())} on http://{srv.host}:{srv.port} "
+                      f"(policy {engine.generator.name}, auth {'on' if keyed else 'off'}; docs at /docs)",
                       highlight=False)
     uvicorn.run(app, host=srv.host, port=srv.port, log_level="info" if verbose else "warning",
                 access_log=verbose, timeout_graceful_shutdown=5)

@@ -164,6 +164,23 @@ class Retriever:
                 out[i] = res
         return out  # type: ignore[return-value]
 
+    def memory_bytes(self) -> int:
+        """The bytes of this index's loaded search structures: dense vectors and FAISS index (its vector storage), fact matrix (float32
+        and float16 copies), the PageRank operator and the passage texts; not the shared query encoder. Memory-mapped
+        matrices count in full (what they occupy once touched). For ``/health``, where several indexes share one
+        process and its RSS says nothing per index."""
+        arrays: list[Any] = [self.passage_emb]
+        total = sum(len(p.text) + len(p.title) for p in self.passages)
+        ntotal, dim = getattr(self.dense, "ntotal", 0), getattr(self.dense, "d", 0)
+        total += int(ntotal) * int(dim) * 4  # the FAISS index's own copy of the vectors (exact for a flat index)
+        if self._graph_ready:
+            arrays += [self.fact_scorer.emb, self.fact_scorer.half.numpy()]
+            solver = getattr(self, "solver", None)
+            if solver is not None:
+                arrays += [solver.S.data, solver.S.indices, solver.S.indptr, solver.perm, solver.inv,
+                           solver.sqrt_deg, solver.inv_sqrt_deg]
+        return total + sum(int(a.nbytes) for a in arrays)
+
     def embed(self, queries: Sequence[str]) -> np.ndarray:
         """Unit query vectors, as :meth:`search` would compute them."""
         return self.embedder.encode_queries([self._check(q) for q in queries])

@@ -79,13 +79,14 @@ def build_small_index(out: Path, minilm: Any, spacy_extractor: Any) -> Path:
 
 
 @contextmanager
-def live_server(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
-    """Run ``app`` under uvicorn on a free port in a thread; yields its base URL."""
+def live_server(app: Any, host: str = "127.0.0.1", lifespan: str = "off") -> Iterator[str]:
+    """Run ``app`` under uvicorn on a free port in a thread; yields its base URL. ``lifespan="on"`` for apps that
+    start work in their lifespan (the MCP SDK's session manager)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan=lifespan,
                                            timeout_graceful_shutdown=1))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"uvicorn-{port}")
     thread.start()
