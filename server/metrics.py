@@ -30,7 +30,7 @@ class ServerMetrics:
         self.searches = Counter("routerag_searches", "Searches by retrieval mode; source=ask: chosen in the policy "
                                 "loop, source=retrieve: /retrieve queries.", ["mode", "source"], registry=r)
         self.finish = Counter("routerag_ask_finish", "Finished /ask trajectories by how they ended (answer, "
-                              "forced_answer, no_answer, error).", ["finish"], registry=r)
+                              "refused, forced_answer, no_answer, error).", ["finish"], registry=r)
         self.errors = Counter("routerag_request_errors", "/ask and /retrieve requests that did not get their answer, "
                               "by error type (timeout, invalid_query, backend_error, overloaded, "
                               "client_disconnected).", ["route", "type"], registry=r)

@@ -1,0 +1,154 @@
+"""The refusal action: the convention and its parser, the loop (with and without a reader), and the server's
+response and ``routerag ask``."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from routerag.cli import app
+from routerag.config import Settings
+from routerag.engine import Engine
+from routerag.policy import LoopConfig, PolicyLoop, parse_turn
+from routerag.policy.parsing import is_refusal
+from routerag.prompts import (DEFAULT_INSTRUCTION, REFUSAL_ANSWER, REFUSAL_INSTRUCTION, REFUSE_MARKER,
+                              TEMPLATES)
+from server.protocol import AskResponse
+
+from .helpers.scripted import FakeSearch, ScriptedGenerator
+
+QUESTION = "Where was Joran Veld born?"
+SEARCH = "<think>look it up</think><search>[graph] Joran Veld</search>"
+REFUSE = "<think>none of these says it</think><answer> [refuse] </answer>"
+
+
+def run(turns, cfg: LoopConfig | None = None):
+    events: list[dict] = []
+    loop = PolicyLoop(ScriptedGenerator(turns), FakeSearch(), cfg or LoopConfig())
+    return asyncio.run(loop.run(QUESTION, on_event=events.append)), events
+
+
+# -- the convention ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, kind, content", [
+    ("<answer> [refuse] </answer>", "refuse", "[refuse]"),
+    ("<think>t</think><answer>[REFUSE] the pages do not say</answer>", "refuse", "[REFUSE] the pages do not say"),
+    ("<answer> I refuse </answer>", "answer", "I refuse"),
+    ("<answer> Tarsk [refuse] </answer>", "answer", "Tarsk [refuse]"),  # only an answer that begins with it
+    ("<search>[refuse] q</search>", "search", "[refuse] q"),
+])
+def test_parse_turn_reads_a_refusal(text: str, kind: str, content: str) -> None:
+    a = parse_turn(text)
+    assert (a.kind, a.content) == (kind, content)
+
+
+def test_the_marker_is_defined_once_and_the_default_instruction_is_unchanged() -> None:
+    assert REFUSE_MARKER == "[refuse]" and is_refusal(f"  {REFUSE_MARKER}") and not is_refusal(None)
+    # the default's text is frozen: trained policies carry it in their cards and evaluation numbers depend on it
+    assert hashlib.sha256(DEFAULT_INSTRUCTION.encode()).hexdigest()[:16] == "bf6863277994f473"
+    head, question = DEFAULT_INSTRUCTION.split("\nQuestion:")
+    assert REFUSAL_INSTRUCTION.startswith(head) and REFUSAL_INSTRUCTION.endswith("\nQuestion:" + question)
+    assert f"<answer> {REFUSE_MARKER} </answer>" in REFUSAL_INSTRUCTION and REFUSE_MARKER not in DEFAULT_INSTRUCTION
+    assert TEMPLATES["policy_instruction_refusal"] == REFUSAL_INSTRUCTION
+
+
+# -- the loop ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_refusal_ends_the_trajectory_and_is_traced() -> None:
+    traj, events = run([SEARCH, REFUSE])
+    assert traj.finish == "refused" and traj.refused and traj.format_ok
+    assert traj.answer == REFUSAL_ANSWER and traj.policy_answer == "[refuse]"
+    assert [s.action for s in traj.steps] == ["search", "refuse"]
+    assert traj.steps[1].thought == "none of these says it"
+    answer = next(e for e in events if e["type"] == "answer")
+    assert answer == {"type": "answer", "text": REFUSAL_ANSWER, "forced": False, "refused": True}
+    assert events[-1]["finish"] == "refused"
+    out = traj.summary().to_json()
+    assert (out["answer"], out["finish"], out["refused"], out["citations"]) == (REFUSAL_ANSWER, "refused", True, [])
+    assert out["trace"][1]["action"] == "refuse"
+    response = AskResponse(**out, total_ms=1.0)  # the /ask response carries it
+    assert response.refused and response.finish == "refused"
+
+
+def test_an_answer_is_not_a_refusal() -> None:
+    traj, events = run([SEARCH, "<answer> Tarsk </answer>"])
+    assert traj.finish == "answer" and not traj.refused and traj.summary().to_json()["refused"] is False
+    assert next(e for e in events if e["type"] == "answer")["refused"] is False
+
+
+@pytest.mark.parametrize("short_answer", [False, True])
+def test_a_reader_does_not_overwrite_a_refusal(short_answer: bool) -> None:
+    reader = ScriptedGenerator([])  # an empty script: any call to the reader fails the test
+    traj, _ = run([SEARCH, REFUSE], LoopConfig(answer_generator=reader, short_answer=short_answer))
+    assert reader.requests == [] and traj.answer_generation_ms == 0.0
+    assert traj.answer == REFUSAL_ANSWER and traj.finish == "refused"
+
+
+def test_the_reader_still_answers_when_the_policy_answers() -> None:
+    reader = ScriptedGenerator(["Tarsk</answer>"])
+    traj, _ = run([SEARCH, "<answer>somewhere</answer>"], LoopConfig(answer_generator=reader))
+    assert len(reader.requests) == 1 and traj.answer == "Tarsk" and not traj.refused
+
+
+def test_a_forced_answer_is_not_a_refusal() -> None:
+    over = [SEARCH, "<search>[graph] more</search>"]  # the second search is past a budget of 1: the answer is forced
+    traj, _ = run([*over, "[refuse]</answer>"], LoopConfig(budget=1))
+    assert [s.action for s in traj.steps] == ["search", "over_budget", "forced_answer"]
+    assert traj.finish == "no_answer" and traj.answer is None and not traj.refused
+    traj, _ = run([*over, "Tarsk</answer>"], LoopConfig(budget=1))
+    assert traj.finish == "forced_answer" and traj.answer == "Tarsk" and not traj.refused
+
+
+# -- /ask and routerag ask ---------------------------------------------------------------------------------------------
+
+
+def test_ask_over_http_reports_a_refusal(index: Path, retriever) -> None:
+    """The live app (not only its model): JSON and streamed ``/ask`` both say the policy refused."""
+    import httpx
+
+    from server.app import create_app
+
+    from .helpers.server_helpers import parse_sse
+
+    async def ask(body: dict) -> httpx.Response:
+        engine = Engine(index, Settings(), generator=ScriptedGenerator([SEARCH, REFUSE]), retriever=retriever)
+        app_ = create_app(engine, Settings())
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_), base_url="http://test") as c:
+            return await c.post("/ask", json=body)
+
+    with asyncio.Runner() as runner:
+        r = runner.run(ask({"question": QUESTION}))
+        streamed = runner.run(ask({"question": QUESTION, "stream": True}))
+    body = r.json()
+    assert r.status_code == 200 and body["refused"] is True and body["finish"] == "refused"
+    assert body["answer"] == REFUSAL_ANSWER and body["citations"] == []
+    assert [s["action"] for s in body["trace"]] == ["search", "refuse"]
+    events = dict(parse_sse(streamed.text))
+    assert events["answer"] == {"type": "answer", "text": REFUSAL_ANSWER, "forced": False, "refused": True}
+    assert events["done"]["refused"] is True
+
+
+
+
+def test_routerag_ask_shows_a_refusal(monkeypatch, tmp_path: Path) -> None:
+    traj, _ = run([SEARCH, REFUSE])
+
+    async def ask(question, **_):
+        return traj
+
+    monkeypatch.setattr("routerag.cli.ask.load_engine", lambda *a, **k: SimpleNamespace(ask=ask))
+    res = CliRunner().invoke(app, ["ask", str(tmp_path), QUESTION], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert f"refused: {REFUSAL_ANSWER}" in res.output and "(1 searches)" in res.output
+    assert "answer:" not in res.output and "no retrieved passage" not in res.output
+    res = CliRunner().invoke(app, ["ask", str(tmp_path), QUESTION, "--json"])
+    out = json.loads(res.output)
+    assert out["refused"] is True and out["finish"] == "refused" and out["answer"] == REFUSAL_ANSWER
