@@ -1,5 +1,5 @@
-"""The refusal action: the convention and its parser, the loop (with and without a reader), and the server's
-response and ``routerag ask``."""
+"""The refusal action: the convention and its parser, the loop (with and without a reader), the server's response
+and ``routerag ask``, and evaluation's counts."""
 
 from __future__ import annotations
 
@@ -14,9 +14,14 @@ from typer.testing import CliRunner
 
 from routerag.cli import app
 from routerag.config import Settings
+from routerag.datasets import QAItem
 from routerag.engine import Engine
+from routerag.evaluation import EvalOptions, run_evaluation, summarize
+from routerag.evaluation.records import score
+from routerag.evaluation.report import dataset_markdown, refusal_table
 from routerag.policy import LoopConfig, PolicyLoop, parse_turn
 from routerag.policy.parsing import is_refusal
+from routerag.policy.types import Summary
 from routerag.prompts import (DEFAULT_INSTRUCTION, REFUSAL_ANSWER, REFUSAL_INSTRUCTION, REFUSE_MARKER,
                               TEMPLATES)
 from server.protocol import AskResponse
@@ -152,3 +157,68 @@ def test_routerag_ask_shows_a_refusal(monkeypatch, tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["ask", str(tmp_path), QUESTION, "--json"])
     out = json.loads(res.output)
     assert out["refused"] is True and out["finish"] == "refused" and out["answer"] == REFUSAL_ANSWER
+
+
+# -- evaluation -------------------------------------------------------------------------------------------------------
+
+
+def test_a_refusal_scores_zero_even_when_its_sentence_overlaps_the_gold() -> None:
+    item = QAItem("q", QUESTION, ["retrieved documents"])  # a whole-token span of the refusal's sentence
+    refused = score(item, "learned", Summary(REFUSAL_ANSWER, "refused"), 1.0)
+    assert refused["refused"] is True and refused["prediction"] == REFUSAL_ANSWER
+    assert (refused["em"], refused["f1"], refused["gen_acc"]) == (0.0, 0.0, 0.0)
+    answered = score(item, "learned", Summary(REFUSAL_ANSWER, "answer"), 1.0)  # the same words as an answer score
+    assert answered["refused"] is False and answered["gen_acc"] == 1.0 and answered["f1"] > 0
+
+
+def rec(em: float, f1: float, gen_acc: float, refused: bool | None) -> dict:
+    r = {"em": em, "f1": f1, "gen_acc": gen_acc, "searches": 1, "modes": ["graph"], "finish": "answer"}
+    if refused is not None:  # None: a record written before refusals existed
+        r["refused"] = refused
+        r["finish"] = "refused" if refused else "answer"
+    return r
+
+
+def test_summary_counts_refusals_and_accuracy_on_answered_questions() -> None:
+    records = [rec(1, 1, 1, False), rec(0, 0.5, 1, False), rec(0, 0, 0, True), rec(1, 1, 1, None)]
+    s = summarize(records)
+    assert s["refusal_rate"] == 0.25
+    assert s["em"] == 0.5 and s["em_answered"] == pytest.approx(2 / 3)  # plain EM counts the refusal as 0
+    assert s["f1_answered"] == pytest.approx(2.5 / 3) and s["gen_acc_answered"] == 1.0
+    assert s["finish"] == {"answer": 3, "refused": 1}
+    none = summarize([rec(0, 0, 0, True)] * 2)
+    assert none["refusal_rate"] == 1.0 and none["em_answered"] is None
+    assert summarize([])["refusal_rate"] is None
+    assert refusal_table({"learned": s})[2] == "| learned | 25.0 | 66.7 | 83.3 | 100.0 |"
+    assert refusal_table({"all": none})[2] == "| all | 100.0 | — | — | — |"
+
+
+def test_the_harness_records_refusals_and_reports_them(tmp_path: Path) -> None:
+    """A scripted policy refuses one of two questions; the reader is never asked about the refused one."""
+    script = {"Where was Joran Veld born?": [SEARCH, "<answer>Tarsk</answer>"],
+              "Who painted the Ossel lighthouse?": ["<search>[passage] Ossel lighthouse</search>", REFUSE]}
+
+    def respond(req) -> str:
+        after = req.prompt_text.split("<|im_start|>assistant\n", 1)[1]
+        question = req.prompt_text.split("Question: ", 1)[1].split("\n", 1)[0]
+        return script[question][after.count("</information>")]
+
+    reader = ScriptedGenerator([lambda req: "Tarsk</answer>"])  # one answer only: a second call fails
+    engine = Engine("unused", Settings(), generator=ScriptedGenerator([respond] * 10), search=FakeSearch(),
+                    retriever=SimpleNamespace(passages=[]), answer_generator=reader)  # type: ignore[arg-type]
+    qfile = tmp_path / "qs.jsonl"
+    qfile.write_text(json.dumps({"id": "a", "question": "Where was Joran Veld born?", "answers": ["Tarsk"]}) + "\n"
+                     + json.dumps({"id": "r", "question": "Who painted the Ossel lighthouse?",
+                                   "answers": ["Quillon Fenn"]}) + "\n")
+    overview = run_evaluation(engine, [qfile], tmp_path / "out", EvalOptions(progress=False, concurrency=1),
+                              command="test")
+    assert len(reader.requests) == 1
+    records = {r["id"]: r for r in map(json.loads, (tmp_path / "out" / "qs" / "learned.jsonl").read_text().splitlines())}
+    assert records["r"]["refused"] is True and records["r"]["finish"] == "refused"
+    assert records["r"]["prediction"] == REFUSAL_ANSWER and records["a"]["refused"] is False
+    s = overview["datasets"][0]["summaries"]["learned"]
+    assert (s["em"], s["refusal_rate"], s["em_answered"]) == (0.5, 0.5, 1.0)
+    md = (tmp_path / "out" / "qs" / "report.md").read_text()
+    assert "## Refusals" in md and "| learned | 50.0 | 100.0 | 100.0 | 100.0 |" in md
+    assert "| learned | 50.0 | 100.0 | 100.0 | 100.0 |" in (tmp_path / "out" / "report.md").read_text()
+    assert dataset_markdown(json.loads((tmp_path / "out" / "qs" / "report.json").read_text())) == md
