@@ -1,5 +1,5 @@
 """The refusal action: the convention and its parser, the loop (with and without a reader), the server's response
-and ``routerag ask``, and evaluation's counts."""
+and ``routerag ask``, evaluation's counts, and EVO-RAG's refusal reward."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -25,6 +26,8 @@ from routerag.policy.types import Summary
 from routerag.prompts import (DEFAULT_INSTRUCTION, REFUSAL_ANSWER, REFUSAL_INSTRUCTION, REFUSE_MARKER,
                               TEMPLATES)
 from server.protocol import AskResponse
+from training.rewards import (REFUSAL_JUSTIFIED, REFUSAL_UNJUSTIFIED, RewardConfig, Rollout, batch_rewards,
+                              refusal_reward)
 
 from .helpers.scripted import FakeSearch, ScriptedGenerator
 
@@ -222,3 +225,53 @@ def test_the_harness_records_refusals_and_reports_them(tmp_path: Path) -> None:
     assert "## Refusals" in md and "| learned | 50.0 | 100.0 | 100.0 | 100.0 |" in md
     assert "| learned | 50.0 | 100.0 | 100.0 | 100.0 |" in (tmp_path / "out" / "report.md").read_text()
     assert dataset_markdown(json.loads((tmp_path / "out" / "qs" / "report.json").read_text())) == md
+
+
+# -- EVO-RAG's refusal reward -----------------------------------------------------------------------------------------
+
+GOLD = ["Tarsk"]
+HIT, MISS = "Joran Veld Joran Veld was born in Tarsk.", "Kesh A town of weavers."
+
+
+def rollout(answer: str | None, *, refused: bool = False, docs: tuple[str, ...] = (), searches: int = 1,
+            ms: float = 0.0) -> Rollout:
+    return Rollout(answer=answer, searches=searches, retrieval_ms=ms, format_ok=True, documents=list(docs),
+                   refused=refused)
+
+
+def test_refusal_reward_values() -> None:
+    assert (REFUSAL_JUSTIFIED, REFUSAL_UNJUSTIFIED) == (0.5, -0.5)
+    assert refusal_reward(rollout(REFUSAL_ANSWER, refused=True, docs=(MISS,)), GOLD, 0.0) == 0.5
+    assert refusal_reward(rollout(REFUSAL_ANSWER, refused=True, docs=(MISS, HIT)), GOLD, 0.0) == -0.5
+    assert refusal_reward(rollout(REFUSAL_ANSWER, refused=True, searches=0), GOLD, 0.0) == 0.0  # refused unsearched
+    assert refusal_reward(rollout("Tarsk", docs=(HIT,)), GOLD, 1.0) == 1.0  # an answer keeps its correctness
+    assert refusal_reward(rollout("Kesh", docs=(MISS,)), GOLD, 0.0) == 0.0
+
+
+def test_refusal_presets_through_batch_rewards() -> None:
+    rs = [rollout("Tarsk", docs=(HIT,)), rollout("Kesh", docs=(MISS,)),
+          rollout(REFUSAL_ANSWER, refused=True, docs=(MISS,)), rollout(REFUSAL_ANSWER, refused=True, docs=(HIT,)),
+          rollout(REFUSAL_ANSWER, refused=True, searches=0)]
+    golds = [GOLD] * len(rs)
+    out = batch_rewards(rs, golds, RewardConfig.preset("refusal-stage1"))
+    assert [b.total for b in out] == [1.0, 0.0, 0.5, -0.5, 0.0]
+    assert [b.parts["em"] for b in out] == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert [b.parts["refused"] for b in out] == [0.0, 0.0, 1.0, 1.0, 1.0]
+    # without the refusal reward a refusal is no answer: 0, even where its sentence holds a gold alias
+    plain = batch_rewards([rollout(REFUSAL_ANSWER, refused=True)], [["retrieved documents"]],
+                          RewardConfig.preset("routerag-stage1"))
+    assert plain[0].total == 0.0
+    # stage 2: RouteRAG's time term on top; a justified refusal earns it like a right answer, a penalty never does
+    timed = [rollout("Tarsk", docs=(HIT,), ms=0.0), rollout(REFUSAL_ANSWER, refused=True, docs=(MISS,), ms=100.0),
+             rollout(REFUSAL_ANSWER, refused=True, docs=(HIT,), ms=200.0)]
+    big_t = float(np.percentile([0.0, 100.0, 200.0], 95))
+    s = np.minimum(0.5 * np.array([0.0, 100.0, 200.0]) / big_t, 0.5)
+    out = batch_rewards(timed, [GOLD] * 3, RewardConfig.preset("refusal-stage2"))
+    assert [b.total for b in out] == pytest.approx([1 + s.mean() - s[0], 0.5 + s.mean() - s[1], -0.5])
+
+
+def test_a_rollout_carries_the_refusal_from_its_trajectory() -> None:
+    traj, _ = run([SEARCH, REFUSE])
+    r = Rollout.from_trajectory(traj)
+    assert r.refused and r.scored_answer is None and r.answer == REFUSAL_ANSWER
+    assert Rollout.from_json(json.dumps(r.to_json())).refused  # through verl's extra_fields
