@@ -6,7 +6,7 @@
   :data:`SEARCH_FAILED_NOTICE`; a refusal's answer, :data:`REFUSAL_ANSWER`;
 * the readers: :data:`DOCUMENTS_TEMPLATE`, :data:`DIRECT_TEMPLATE`, :data:`FEWSHOT_READER`;
 * the fact filter: :data:`FACT_FILTER_SYSTEM`, :data:`FACT_FILTER_QUESTION`;
-* the warm start's trajectories: :data:`SEARCH_TAGS` and the thoughts (``*_THOUGHTS``);
+* the warm start's trajectories: :data:`SEARCH_TAGS` and the thoughts (``*_THOUGHTS``, :data:`REFUSE_THOUGHT`);
 * ChatML, the fallback chat template: :func:`chatml`.
 
 The build's OpenIE prompts live beside their extractor (:mod:`graph_index.openie.prompts`, whose text versions its
@@ -133,6 +133,8 @@ FOUND_THOUGHTS = ("The answer is in Doc {n}.", "Doc {n} answers it.")
 trained to write ``<title> says: "<sentence>"`` looped on that template under greedy decoding (docs/training.md),
 while a document number is one token it cannot get stuck in."""
 GUESS_THOUGHTS = ("The documents do not say it directly.", "I did not find it stated; my best guess follows.")
+REFUSE_THOUGHT = "None of the documents gives the answer."
+"""The thought before a warm-start refusal (``--refusals``), one short sentence."""
 
 # -- ChatML -------------------------------------------------------------------------------------------------------
 

@@ -1,11 +1,13 @@
-"""The refusal action: the convention and its parser, the loop (with and without a reader), the server's response
-and ``routerag ask``, evaluation's counts, and EVO-RAG's refusal reward."""
+"""The refusal action end to end: the convention and its parser, the loop (with and without a reader), the
+server's response and ``routerag ask``, evaluation's counts, EVO-RAG's refusal reward, and the warm start's refusal
+turn with its instruction template."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import json
+import random
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,12 +26,13 @@ from routerag.policy import LoopConfig, PolicyLoop, parse_turn
 from routerag.policy.parsing import is_refusal
 from routerag.policy.types import Summary
 from routerag.prompts import (DEFAULT_INSTRUCTION, REFUSAL_ANSWER, REFUSAL_INSTRUCTION, REFUSE_MARKER,
-                              TEMPLATES)
+                              REFUSE_THOUGHT, TEMPLATES)
+from routerag.retrieval import RetrievalResult, RetrievedDoc
 from server.protocol import AskResponse
 from training.rewards import (REFUSAL_JUSTIFIED, REFUSAL_UNJUSTIFIED, RewardConfig, Rollout, batch_rewards,
                               refusal_reward)
 
-from .helpers.scripted import FakeSearch, ScriptedGenerator
+from .helpers.scripted import CharTokenizer, FakeSearch, ScriptedGenerator
 
 QUESTION = "Where was Joran Veld born?"
 SEARCH = "<think>look it up</think><search>[graph] Joran Veld</search>"
@@ -275,3 +278,81 @@ def test_a_rollout_carries_the_refusal_from_its_trajectory() -> None:
     r = Rollout.from_trajectory(traj)
     assert r.refused and r.scored_answer is None and r.answer == REFUSAL_ANSWER
     assert Rollout.from_json(json.dumps(r.to_json())).refused  # through verl's extra_fields
+
+
+# -- the warm start ---------------------------------------------------------------------------------------------------
+
+
+def chat_tokenizer() -> CharTokenizer:
+    tok = CharTokenizer()
+    tok.apply_chat_template = lambda m, **kw: f"<user>{m[0]['content']}</user>"  # type: ignore[attr-defined]
+    return tok
+
+
+def policy_text(tok: CharTokenizer, ex) -> tuple[str, str]:
+    text = tok.decode(ex.ids)
+    return text, "".join(ch for ch, m in zip(text, ex.mask) if m)
+
+
+def test_warm_start_refuses_where_no_retrieved_document_holds_the_answer() -> None:
+    from training.sft import build_example, retrieval_plan
+
+    tok = chat_tokenizer()
+    item = QAItem("1", QUESTION, ["Tarsk"])
+    miss = RetrievedDoc("b", "Other", "Nothing here.", 0.5)
+    nowhere = {m: RetrievalResult(QUESTION, m, [miss]) for m in ("passage", "graph", "hybrid")}
+    plan = retrieval_plan(item, nowhere, random.Random(0), label="graph")
+    ex = build_example(item, plan, tok, random.Random(0), template=REFUSAL_INSTRUCTION, refuse=True)
+    text, policy = policy_text(tok, ex)
+    assert policy.endswith(f"<think>{REFUSE_THOUGHT}</think>\n<answer> [refuse] </answer>")
+    assert parse_turn(policy.rsplit("</search>", 1)[1]).kind == "refuse"
+    assert f"<answer> {REFUSE_MARKER} </answer> instead of guessing" in text.split("</user>")[0]  # the instruction
+    # without refusals the same question ends with a guess
+    _, guess = policy_text(tok, build_example(item, plan, tok, random.Random(0)))
+    assert guess.endswith("<answer> Tarsk </answer>") and REFUSE_MARKER not in guess
+    # where the answer was retrieved the policy answers, refusals on or not
+    hit = RetrievedDoc("a", "Joran Veld", "Joran Veld was born in Tarsk.", 1.0)
+    found = retrieval_plan(item, {**nowhere, "graph": RetrievalResult(QUESTION, "graph", [hit])}, random.Random(0),
+                           label="graph")
+    _, answered = policy_text(tok, build_example(item, found, tok, random.Random(0), template=REFUSAL_INSTRUCTION,
+                                                 refuse=True))
+    assert answered.endswith("<answer> Tarsk </answer>")
+
+
+def test_refusal_examples_need_an_instruction_that_states_the_convention() -> None:
+    from training.sft import PlannedSearch, build_example, refusal_template
+
+    assert refusal_template(DEFAULT_INSTRUCTION) == REFUSAL_INSTRUCTION
+    own = "Say [refuse] when unsure.\nQuestion: {question}\n"
+    assert refusal_template(own) == own
+    with pytest.raises(ValueError, match="refus"):
+        refusal_template("Answer it.\nQuestion: {question}\n")
+    plan = [PlannedSearch("graph", QUESTION, [RetrievedDoc("b", "Other", "Nothing here.", 0.5)])]
+    with pytest.raises(ValueError, match="refusal convention"):
+        build_example(QAItem("1", QUESTION, ["Tarsk"]), plan, chat_tokenizer(), random.Random(0), refuse=True)
+
+
+def test_train_sft_with_refusals_writes_the_refusal_template_into_the_card(tmp_path: Path, monkeypatch, minilm,
+                                                                          spacy_extractor) -> None:
+    """``routerag train-sft --refusals`` end to end on a tiny random model: the question no document answers ends
+    with a refusal, and the adapter's card carries the instruction that states the convention."""
+    from routerag.policy.card import read_card
+
+    from .helpers.server_helpers import build_small_index
+
+    monkeypatch.setenv("ROUTERAG_CACHE_DIR", str(tmp_path / "cache"))
+    index = build_small_index(tmp_path / "idx", minilm, spacy_extractor)
+    qs = tmp_path / "qs.jsonl"
+    qs.write_text("\n".join(json.dumps(q) for q in [
+        {"question": "Where was Joran Veld born?", "answers": ["Tarsk"]},
+        {"question": "Who painted the Ossel lighthouse?", "answers": ["Quillon Fenn"]},  # in no document
+    ]) + "\n")
+    out = tmp_path / "sft"
+    res = CliRunner().invoke(app, ["train-sft", "--index", str(index), "--questions", str(qs), "--model",
+                                   "tiny-random", "--refusals", "--out", str(out)], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "2 warm-start examples" in res.output and "retrieval plan" in res.output
+    assert "1 end with a refusal" in res.output
+    card = read_card(out / "adapter")
+    assert card is not None and card.template == REFUSAL_INSTRUCTION
+    assert card.trained["refusals"] is True and card.trained["refusal_examples"] == 1
