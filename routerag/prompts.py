@@ -1,11 +1,12 @@
 """Every prompt the query side sends a language model, by name, and the few functions that fill them in.
 
-* the policy (RouteRAG's scheme, our wording): :data:`DEFAULT_INSTRUCTION`, and what the loop writes into its
-  context: :data:`INFORMATION_BLOCK` (documents as :data:`DOCUMENT`), :data:`INVALID_NOTICE`,
-  :data:`BUDGET_NOTICE`, :data:`SEARCH_FAILED_NOTICE`;
+* the policy (RouteRAG's scheme, our wording): :data:`DEFAULT_INSTRUCTION` (or :data:`REFUSAL_INSTRUCTION`, which
+  adds the refusal convention :data:`REFUSE_MARKER`), and what the loop writes into its context:
+  :data:`INFORMATION_BLOCK` (documents as :data:`DOCUMENT`), :data:`INVALID_NOTICE`, :data:`BUDGET_NOTICE`,
+  :data:`SEARCH_FAILED_NOTICE`; a refusal's answer, :data:`REFUSAL_ANSWER`;
 * the readers: :data:`DOCUMENTS_TEMPLATE`, :data:`DIRECT_TEMPLATE`, :data:`FEWSHOT_READER`;
 * the fact filter: :data:`FACT_FILTER_SYSTEM`, :data:`FACT_FILTER_QUESTION`;
-* the warm start's trajectories: :data:`SEARCH_TAGS` and the thoughts (``*_THOUGHTS``);
+* the warm start's trajectories: :data:`SEARCH_TAGS` and the thoughts (``*_THOUGHTS``, :data:`REFUSE_THOUGHT`);
 * ChatML, the fallback chat template: :func:`chatml`.
 
 The build's OpenIE prompts live beside their extractor (:mod:`graph_index.openie.prompts`, whose text versions its
@@ -28,13 +29,27 @@ from .vocabulary import Mode
 
 # -- the policy ---------------------------------------------------------------------------------------------------
 
-DEFAULT_INSTRUCTION = """Answer the question. Reason inside <think> </think>. To look something up, write \
+_POLICY_RULES = """Answer the question. Reason inside <think> </think>. To look something up, write \
 <search>[passage] query</search> (search passages), <search>[graph] query</search> (search a knowledge graph of \
 facts, for chains of facts) or <search>[graph][passage] query</search> (both). Results come back inside \
 <information> </information>. Search only when needed. Give the final answer inside <answer> </answer>, for \
-example <answer> Paris </answer>.
-Question: {question}
-"""
+example <answer> Paris </answer>."""
+_QUESTION_LINE = "\nQuestion: {question}\n"
+
+DEFAULT_INSTRUCTION = _POLICY_RULES + _QUESTION_LINE
+"""The policy's instruction (RouteRAG's scheme). Its text is frozen: trained policies carry it in their card, and
+their evaluation numbers depend on it."""
+
+REFUSE_MARKER = "[refuse]"
+"""The refusal convention: ``<answer> [refuse] </answer>`` says the documents do not answer the question (EVO-RAG's
+refuse action). An answer that begins with the marker is a refusal (:func:`routerag.policy.parsing.is_refusal`)."""
+REFUSAL_ANSWER = "The retrieved documents do not answer this question."
+"""The final answer of a refused trajectory, as a person reads it (``/ask``, ``routerag ask``)."""
+REFUSAL_RULE = (f" If the documents you find do not answer the question, answer <answer> {REFUSE_MARKER} </answer> "
+                "instead of guessing.")
+REFUSAL_INSTRUCTION = _POLICY_RULES + REFUSAL_RULE + _QUESTION_LINE
+""":data:`DEFAULT_INSTRUCTION` plus the refusal convention: the template of a policy warm-started with refusals
+(``routerag train-sft --refusals`` records it in the policy's card)."""
 
 DOCUMENT = "Doc {i} (Title: {title}) {text}"
 """One retrieved document, as the policy and every reader see it (numbered from 1)."""
@@ -118,6 +133,8 @@ FOUND_THOUGHTS = ("The answer is in Doc {n}.", "Doc {n} answers it.")
 trained to write ``<title> says: "<sentence>"`` looped on that template under greedy decoding (docs/training.md),
 while a document number is one token it cannot get stuck in."""
 GUESS_THOUGHTS = ("The documents do not say it directly.", "I did not find it stated; my best guess follows.")
+REFUSE_THOUGHT = "None of the documents gives the answer."
+"""The thought before a warm-start refusal (``--refusals``), one short sentence."""
 
 # -- ChatML -------------------------------------------------------------------------------------------------------
 
@@ -166,6 +183,7 @@ def fact_filter_question(query: str, facts: Iterable[tuple[str, str, str]]) -> s
 
 TEMPLATES: Mapping[str, str] = {
     "policy_instruction": DEFAULT_INSTRUCTION,
+    "policy_instruction_refusal": REFUSAL_INSTRUCTION,
     "document": DOCUMENT,
     "information_block": INFORMATION_BLOCK,
     "search_failed_notice": SEARCH_FAILED_NOTICE,

@@ -18,11 +18,12 @@ AskMode = Literal["learned", Mode]
 """How ``/ask`` and ``routerag ask`` route: ``learned`` (the policy chooses per search) or one forced mode."""
 ASK_MODES: tuple[AskMode, ...] = get_args(AskMode)
 
-Finish = Literal["answer", "forced_answer", "no_answer", "error"]
-"""How a trajectory ended: the policy answered on its own, was made to answer (budget or invalid turns), gave no
-answer (cut off, or an empty forced answer), or failed (evaluation records only)."""
+Finish = Literal["answer", "refused", "forced_answer", "no_answer", "error"]
+"""How a trajectory ended: the policy answered on its own, refused on its own (it said the documents do not answer
+the question, :data:`routerag.prompts.REFUSE_MARKER`), was made to answer (budget or invalid turns), gave no answer
+(cut off, or an empty forced answer), or failed (evaluation records only)."""
 
-StepAction = Literal["search", "answer", "invalid", "over_budget", "forced_answer", "truncated"]
+StepAction = Literal["search", "answer", "refuse", "invalid", "over_budget", "forced_answer", "truncated"]
 """What one turn of the policy did."""
 
 SegmentKind = Literal["prompt", "policy", "information"]

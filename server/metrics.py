@@ -31,8 +31,8 @@ class ServerMetrics:
         self.searches = Counter("routerag_searches", "Searches by retrieval mode and index; source=ask: chosen in the "
                                 "policy loop (/ask and /v1/chat/completions), source=retrieve: /retrieve queries.",
                                 ["mode", "source", "index"], registry=r)
-        self.finish = Counter("routerag_ask_finish", "Finished trajectories by how they ended (answer, forced_answer, "
-                              "no_answer, error), by index.", ["finish", "index"], registry=r)
+        self.finish = Counter("routerag_ask_finish", "Finished trajectories by how they ended (answer, refused, "
+                              "forced_answer, no_answer, error), by index.", ["finish", "index"], registry=r)
         self.index_requests = Counter("routerag_index_requests", "Requests that reached an index, by index and route.",
                                       ["index", "route"], registry=r)
         self.index_passages = Gauge("routerag_index_passages", "Passages in the served version, by index.", ["index"],

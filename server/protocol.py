@@ -96,6 +96,9 @@ class AskResponse(BaseModel):
     total_ms: float = Field(description="Server-side time of the whole request, from parsed body to trajectory.")
     tokens: TokenUsage
     finish: Finish
+    refused: bool = Field(False, description=(
+        "The policy said that the retrieved documents do not answer the question (`finish` is `refused`); `answer` "
+        "then says so in a sentence, and is not an answer to the question."))
     citations: list[CitationOut] = Field(default_factory=list, description=(
         "The retrieved passages that state the answer, each with its first sentence that does (the answer, "
         "normalised as for EM, as a whole-token span of the sentence); empty when no retrieved passage states it."))
@@ -355,11 +358,13 @@ class InformationEvent(BaseModel):
 
 
 class AnswerEvent(BaseModel):
-    """The answer; ``forced`` when the budget or the invalid-turn limit made the policy answer."""
+    """The answer; ``forced`` when the budget or the invalid-turn limit made the policy answer, ``refused`` when the
+    policy said that the documents do not answer the question."""
 
     type: Literal["answer"]
     text: str | None
     forced: bool
+    refused: bool = False
 
 
 STREAM_EVENTS: dict[str, type[BaseModel]] = {"think": ThinkEvent, "search": SearchEvent,

@@ -65,8 +65,8 @@ def test_ask_answers_with_the_full_trace(runner, app) -> None:
     assert r.status_code == 200, r.text
     body = r.json()
     assert set(body) == {"answer", "trace", "searches", "retrieval_ms", "generation_ms", "total_ms", "tokens", "finish",
-                         "citations"}
-    assert body["finish"] == "answer" and body["searches"] == 1
+                         "refused", "citations"}
+    assert body["finish"] == "answer" and body["refused"] is False and body["searches"] == 1
     first, last = body["trace"]
     assert (first["action"], first["mode"], first["query"]) == ("search", "graph", Q)
     assert first["thought"] == "I should look this up." and len(first["doc_ids"]) == 3  # policy.k default
@@ -104,7 +104,7 @@ def test_ask_streams_server_sent_events(runner, index, retriever) -> None:
     assert by["search"]["mode"] == "hybrid" and by["search"]["query"] == "Joran Veld birthplace"
     docs = by["information"]["docs"]
     assert len(docs) == 3 and set(docs[0]) == {"id", "title", "text", "score"}
-    assert events[4][1] == {"type": "answer", "text": "Tarsk", "forced": False}
+    assert events[4][1] == {"type": "answer", "text": "Tarsk", "forced": False, "refused": False}
     done = events[-1][1]
     assert done["answer"] == "Tarsk" and done["finish"] == "answer" and done["searches"] == 1
     assert [s["action"] for s in done["trace"]] == ["search", "answer"]

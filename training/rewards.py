@@ -16,11 +16,17 @@ The same code scores rollouts in the local GRPO trainer and in the verl plug-in.
   when wrong (−1 + β·RC, kept negative), stage 2 charges retrievals when right (1 − β·RC);
 * duplicate-query penalty: mean pairwise cosine of the rollout's queries;
 * s3's Gain Beyond RAG: GenAcc(policy) − GenAcc(naive top-3 RAG on the same question, cached);
-* a FrugalRAG-style stop reward: stop as soon as the evidence is complete.
+* a FrugalRAG-style stop reward: stop as soon as the evidence is complete;
+* EVO-RAG's refusal reward: a refusal scores +0.5 when no retrieved document holds a gold answer, −0.5 when one
+  does (:func:`refusal_reward`); it takes the place of the refused rollout's correctness.
+
+A refused rollout's answer (:data:`~routerag.prompts.REFUSAL_ANSWER`) is never scored as an answer: its EM, F1 and
+GenAcc are 0 whatever the configuration.
 
 The presets ``routerag-stage1`` (EM) and ``routerag-stage2`` (EM + time efficiency) reproduce RouteRAG;
 ``outcome-stage1`` (EM + 0.5 × the answer found in the documents: a right reader scores 1.5, found evidence alone
-0.5) and ``outcome-stage2`` (the same + time efficiency over the cost table) are the CPU recipe's.
+0.5) and ``outcome-stage2`` (the same + time efficiency over the cost table) are the CPU recipe's;
+``refusal-stage1`` and ``refusal-stage2`` are RouteRAG's two with EVO-RAG's refusal reward.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ class Rollout:
     """The retrieval mode of each search, in order (what a cost table prices)."""
     documents: list[str] = field(default_factory=list)
     """Every distinct document retrieved, as "title text", in retrieval order (what the retrieval outcome reads)."""
+    refused: bool = False
+    """The policy refused on its own (``<answer> [refuse] </answer>``): ``answer`` is no answer to score."""
 
     @classmethod
     def from_summary(cls, summary: Summary) -> Rollout:
@@ -64,7 +72,13 @@ class Rollout:
         return cls(answer=summary.answer, searches=len(searches), retrieval_ms=summary.retrieval_ms,
                    format_ok=bool(summary.format_ok), queries=[s.query for s in searches if s.query],
                    step_titles=[list(s.doc_titles) for s in searches], modes=[s.mode for s in searches],
-                   documents=list(dict.fromkeys(f"{d.title} {d.text}" for d in summary.documents)))
+                   documents=list(dict.fromkeys(f"{d.title} {d.text}" for d in summary.documents)),
+                   refused=summary.refused)
+
+    @property
+    def scored_answer(self) -> str | None:
+        """The answer the correctness metrics read: None for a refusal (it scores 0, it is not a wrong guess)."""
+        return None if self.refused else self.answer
 
     @classmethod
     def from_trajectory(cls, traj: Trajectory) -> Rollout:
@@ -181,6 +195,35 @@ def frugal_stop_reward(rollout: Rollout, gold_titles: Sequence[str], budget: int
     return 1.0 - (rollout.searches - covered_at) / max(budget, 1)
 
 
+REFUSAL_JUSTIFIED = 0.5
+"""EVO-RAG's refusal reward when no retrieved document holds a gold answer: below a right answer (1), above a wrong
+one (0), so refusing beats guessing only where the evidence is missing."""
+REFUSAL_UNJUSTIFIED = -0.5
+"""EVO-RAG's refusal penalty when a retrieved document holds a gold answer: below a wrong answer (0), so refusing
+with the evidence in hand is worse than trying to read it."""
+
+
+def refusal_reward(rollout: Rollout, golds: Sequence[str], correct: float) -> float:
+    """EVO-RAG's refusal reward (Ji et al., "Curriculum-Guided Reinforcement Learning for Efficient Multi-Hop
+    Retrieval-Augmented Generation", arXiv:2505.17391): the agent may refuse, and a refusal is judged by the evidence.
+
+    * refused, and no retrieved document holds a gold answer (any alias, as a whole-token span): +0.5
+      (:data:`REFUSAL_JUSTIFIED`);
+    * refused although a retrieved document holds one: −0.5 (:data:`REFUSAL_UNJUSTIFIED`);
+    * refused without searching: 0, as a wrong answer (no evidence was looked at, so none can justify it, and a
+      policy must not learn that refusing at once pays);
+    * answered: ``correct``, the usual correctness.
+
+    EVO-RAG scores refusal per step, weighted inside a seven-part reward; this is its outcome form, one reward per
+    rollout for GRPO. The constants are ours, not the paper's: they keep the order right answer (1) > justified
+    refusal > wrong answer (0) > unjustified refusal."""
+    if not rollout.refused:
+        return correct
+    if rollout.searches == 0:
+        return 0.0
+    return REFUSAL_UNJUSTIFIED if answer_in_documents(rollout.documents, golds) else REFUSAL_JUSTIFIED
+
+
 # -- composition ---------------------------------------------------------------------------------------------------
 
 
@@ -196,6 +239,9 @@ class RewardConfig(BaseModel):
     """How the retrieval outcome joins correctness: ``max`` (a right answer or found evidence both score 1, so a
     reader's failure does not punish a good search) or ``sum`` (correctness + ``retrieval_weight`` × outcome)."""
     retrieval_weight: float = Field(0.5, ge=0)
+    refusal: bool = False
+    """EVO-RAG's refusal reward (:func:`refusal_reward`) in place of a refused rollout's correctness; off: a refusal
+    scores as a wrong answer (0)."""
     efficiency: Literal["none", "routerag_time", "retrieval_count"] = "none"
     """``routerag_time``: RouteRAG's batch-centred time reward (replaces plain correctness); ``retrieval_count``:
     the staged retrieval-count reward (replaces it too)."""
@@ -220,6 +266,8 @@ class RewardConfig(BaseModel):
                                   efficiency="none"),
             "outcome-stage2": cls(stage=2, correctness="em", retrieval="answer", retrieval_combine="sum",
                                   efficiency="routerag_time", time_cost="table"),
+            "refusal-stage1": cls(stage=1, correctness="em", efficiency="none", refusal=True),
+            "refusal-stage2": cls(stage=2, correctness="em", efficiency="routerag_time", refusal=True),
         }
         if name not in presets:
             raise ValueError(f"unknown reward preset {name!r}; choose {', '.join(presets)}")
@@ -247,8 +295,10 @@ def batch_rewards(
     """Score a batch (batch-level parts, like RouteRAG's time reward, need the whole batch). ``cost_table``: ms per
     search of each mode, for ``time_cost="table"``."""
     score = CORRECTNESS[cfg.correctness]
-    answer_score = [score(r.answer, g) for r, g in zip(rollouts, golds, strict=True)]
-    em = [exact_match(r.answer, g) for r, g in zip(rollouts, golds)]
+    answer_score = [score(r.scored_answer, g) for r, g in zip(rollouts, golds, strict=True)]
+    if cfg.refusal:
+        answer_score = [refusal_reward(r, g, a) for r, g, a in zip(rollouts, golds, answer_score)]
+    em = [exact_match(r.scored_answer, g) for r, g in zip(rollouts, golds)]
     found: list[float] = []
     if cfg.retrieval == "answer":
         found = [answer_in_documents(r.documents, g) for r, g in zip(rollouts, golds)]
@@ -281,6 +331,8 @@ def batch_rewards(
         if found:
             parts["answer"] = answer_score[i]
             parts["retrieval_outcome"] = found[i]
+        if cfg.refusal:
+            parts["refused"] = float(r.refused)
         total = base[i]
         if cfg.format_weight:
             parts["format"] = format_reward(r, cfg.format_weight)

@@ -9,7 +9,10 @@ Each training example is a trajectory the policy *could* have produced. Two plan
   let the reader answer it (routing labels from ``routerag eval`` records of the naive one-search strategies, see
   :func:`training.data.routing_labels`), and a second search in another mode when the first misses the answer.
 
-The last turn names the document that holds the answer and copies the answer from it. The information blocks are
+The last turn names the document that holds the answer and copies the answer from it; where no retrieved document
+holds it, the last turn guesses, or, with refusals on (``routerag train-sft --refusals``), refuses
+(``<answer> [refuse] </answer>``) under an instruction that states the convention
+(:data:`~routerag.prompts.REFUSAL_INSTRUCTION`). The information blocks are
 formatted as the policy loop formats them (:func:`routerag.policy.loop.information_block`), the thoughts and search
 tags come from :mod:`routerag.prompts`, and only the tokens the policy would write are trained on.
 """
@@ -35,7 +38,7 @@ from routerag.policy.citations import split_sentences
 from routerag.policy.loop import information_block
 from routerag.policy.tokens import TokenCounter
 from routerag.prompts import (DEFAULT_INSTRUCTION, FIRST_THOUGHTS, FOUND_THOUGHTS, GUESS_THOUGHTS, NEXT_THOUGHTS,
-                              SEARCH_TAGS, user_message)
+                              REFUSAL_INSTRUCTION, REFUSE_MARKER, REFUSE_THOUGHT, SEARCH_TAGS, user_message)
 from routerag.retrieval import RetrievalResult, RetrievedDoc
 from routerag.vocabulary import Mode
 
@@ -105,17 +108,43 @@ def answer_span(docs: Sequence[RetrievedDoc], golds: Sequence[str]) -> tuple[Ret
     return None
 
 
+def refusal_template(template: str) -> str:
+    """The instruction of a warm start with refusals: the default instruction becomes
+    :data:`~routerag.prompts.REFUSAL_INSTRUCTION` (the default's text stays as it is: trained policies carry it); a
+    template of one's own must state the convention itself."""
+    if template == DEFAULT_INSTRUCTION:
+        return REFUSAL_INSTRUCTION
+    if REFUSE_MARKER not in template:
+        raise ValueError(f"a warm start with refusals needs an instruction template that tells the policy to answer "
+                         f"<answer> {REFUSE_MARKER} </answer> when the documents do not answer the question")
+    return template
+
+
+def found_answer(item: QAItem, plan: Sequence[PlannedSearch], counter: TokenCounter, *,
+                 max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],
+                 k: int = LOOP_DEFAULTS["k"]) -> tuple[RetrievedDoc, str, str] | None:
+    """:func:`answer_span` over the plan's documents as the policy reads them (each cut to its share of an
+    information block), or None when none of them holds a gold answer: a question to guess at, or to refuse."""
+    seen = [d for step in plan for d in step.docs]
+    return answer_span([RetrievedDoc(d.id, d.title, counter.truncate(d.text, max_information_tokens // k), d.score)
+                        for d in seen], item.answers)
+
+
 def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, rng: random.Random, *,
                   template: str = DEFAULT_INSTRUCTION,
                   max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],
-                  k: int = LOOP_DEFAULTS["k"]) -> TokenSequence | None:
+                  k: int = LOOP_DEFAULTS["k"], refuse: bool = False) -> TokenSequence | None:
     """One warm-start trajectory as tokens with its loss mask (only the policy's own turns are trained), or None
     without searches or gold answers. The last turn names the document that holds the answer (``Doc n`` of its
     information block, :data:`~routerag.prompts.FOUND_THOUGHTS`) and copies the answer from it verbatim (a short span,
-    not a sentence); where no document holds it, a guess. No turn copies a title or a sentence: a small policy trained
-    to quote looped on the quote's template."""
+    not a sentence); where no document holds it, a guess, or with ``refuse`` a refusal (then ``template`` must state
+    the convention: :func:`refusal_template`). No turn copies a title or a sentence: a small policy trained to quote
+    looped on the quote's template."""
     if not plan or not item.answers:
         return None
+    if refuse and REFUSE_MARKER not in template:
+        raise ValueError("refusal examples need an instruction that states the refusal convention "
+                         "(training.sft.refusal_template)")
     counter = TokenCounter(tokenizer)
     messages = [{"role": "user", "content": user_message(template, item.question)}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -127,13 +156,13 @@ def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, r
             think = rng.choice(NEXT_THOUGHTS).format(query=step.query)
         parts.append((f"<think>{think}</think>\n<search>{SEARCH_TAGS[step.mode]} {step.query}</search>", 1))
         parts.append((information_block(step.docs, counter, max_information_tokens), 0))
-    seen = [d for step in plan for d in step.docs]
-    found = answer_span([RetrievedDoc(d.id, d.title, counter.truncate(d.text, max_information_tokens // k),
-                                      d.score) for d in seen], item.answers)
+    found = found_answer(item, plan, counter, max_information_tokens=max_information_tokens, k=k)
     if found is not None:
         doc, _, answer = found
         n = next(j for step in plan for j, d in enumerate(step.docs, 1) if d.id == doc.id)
         turn = f"<think>{rng.choice(FOUND_THOUGHTS).format(n=n)}</think>\n<answer> {answer} </answer>"
+    elif refuse:
+        turn = f"<think>{REFUSE_THOUGHT}</think>\n<answer> {REFUSE_MARKER} </answer>"
     else:
         answer = item.answers[0]
         turn = f"<think>{rng.choice(GUESS_THOUGHTS)}</think>\n<answer> {answer} </answer>"

@@ -53,6 +53,9 @@ def ask_cmd(
         t.add_row(str(s.index), s.action, s.mode or "", s.query or s.answer or "", ", ".join(s.doc_titles),
                   f"{s.retrieval_ms:.1f}", f"{s.generation_ms:.0f}")
     console.print(t)
+    if traj.refused:  # the policy said the documents do not answer: no answer, no citations
+        console.print(f"[bold yellow]refused:[/] {traj.answer}   ({traj.searches} searches)", highlight=False)
+        return
     console.print(f"[bold]answer:[/] {traj.answer if traj.answer is not None else '(none)'}"
                   f"   ({traj.searches} searches, {traj.finish})")
     cited = traj.summary().citations()

@@ -73,7 +73,8 @@ def eval_cmd(
                               items_by_file=items)
     for d in overview["datasets"]:
         t = Table(title=f"{d['dataset']} ({d['questions']} questions)", title_justify="left", box=box.SIMPLE_HEAD)
-        for col in ("strategy", "EM", "F1", "GenAcc", "R@5", "searches", "%Tradeoff", "ret. ms/q", "format ok"):
+        for col in ("strategy", "EM", "F1", "GenAcc", "R@5", "searches", "%Tradeoff", "ret. ms/q", "format ok",
+                    "refused"):
             if col == "strategy":
                 t.add_column(col, no_wrap=True)
             else:
@@ -81,6 +82,6 @@ def eval_cmd(
         for name, s in d["summaries"].items():
             pct = lambda x: "—" if x is None else f"{100 * x:.1f}"  # noqa: E731
             t.add_row(name, pct(s["em"]), pct(s["f1"]), pct(s["gen_acc"]), pct(s["recall@5"]), f"{s['searches']:.2f}",
-                      f"{s['tradeoff']:.1f}", f"{s['retrieval_ms']:.1f}", pct(s["format_ok"]))
+                      f"{s['tradeoff']:.1f}", f"{s['retrieval_ms']:.1f}", pct(s["format_ok"]), pct(s["refusal_rate"]))
         console.print(t)
     console.print(f"reports: {out / 'report.md'}, {out / 'report.json'}")

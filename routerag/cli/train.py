@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import subprocess
@@ -154,6 +155,10 @@ def sft_cmd(
         help="A `routerag eval --modes naive-passage,naive-graph,naive-hybrid` folder of these questions: each "
              "question's first search uses the mode whose documents served the reader best (implies --plan "
              "retrieval).")] = None,
+    refusals: Annotated[bool, typer.Option(
+        "--refusals", help="A question whose answer none of the retrieved documents holds ends with a refusal "
+                           "(<answer> [refuse] </answer>) instead of a guess, under an instruction that states the "
+                           "convention, recorded in the policy card (implies --plan retrieval).")] = False,
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -164,17 +169,21 @@ def sft_cmd(
 
     from training.data import load_training_items, routing_labels
     from training.models import load_policy
-    from training.sft import build_example, gold_documents, gold_plan, retrieval_plan, train_sft
+    from training.sft import (build_example, found_answer, gold_documents, gold_plan, refusal_template,
+                              retrieval_plan, train_sft)
 
     from ..policy.card import card_for, training_policy, write_card
+    from ..policy.tokens import TokenCounter
     from ..runtime import configure_threads
 
     if plan not in ("gold", "retrieval"):
         raise ValueError("--plan must be gold or retrieval")
-    plan = "retrieval" if routes_from is not None else plan
+    plan = "retrieval" if routes_from is not None or refusals else plan
     configure_threads()
     settings = load_settings(Settings, config, train={"model": model})
     policy = training_policy(settings)  # the loop (and prompt) the policy will run with, recorded in its card
+    if refusals:  # the instruction must state the convention, and the card must carry that instruction
+        policy = dataclasses.replace(policy, template=refusal_template(policy.template))
     labels = routing_labels(routes_from) if routes_from is not None else {}
     items = [it for q in questions for it in load_training_items(q, limit=limit)]
     rng = random.Random(settings.train.seed)
@@ -195,17 +204,22 @@ def sft_cmd(
                  for i, it in enumerate(items)]
     model_, tok = load_policy(settings.train)
     examples = [ex for it, pl in zip(items, plans)
-                if (ex := build_example(it, pl, tok, rng, template=policy.template, max_information_tokens=info, k=k))]
+                if (ex := build_example(it, pl, tok, rng, template=policy.template, max_information_tokens=info, k=k,
+                                        refuse=refusals))]
     if not examples:
         raise ValueError("no usable examples: the questions need answers (and, for --plan gold, supporting passages "
                          "found in the index)")
+    counter = TokenCounter(tok)
+    refused = (sum(1 for it, pl in zip(items, plans) if pl and it.answers
+                   and found_answer(it, pl, counter, max_information_tokens=info, k=k) is None) if refusals else 0)
     first = [pl[0].mode for pl in plans if pl]
     console.print(f"{len(examples)} warm-start examples from {len(items)} questions ({plan} plan; first searches: "
                   + ", ".join(f"{m} {first.count(m)}" for m in MODES)
-                  + (f"; {len(labels)} routing labels" if labels else "") + ")")
+                  + (f"; {len(labels)} routing labels" if labels else "")
+                  + (f"; {refused} end with a refusal" if refusals else "") + ")")
     card = card_for(policy, {"by": "routerag train-sft", "model": settings.train.model, "plan": plan,
-                             "routes_from": str(routes_from) if routes_from else None,
-                             "examples": len(examples), "epochs": epochs, "lr": lr})
+                             "routes_from": str(routes_from) if routes_from else None, "refusals": refusals,
+                             "refusal_examples": refused, "examples": len(examples), "epochs": epochs, "lr": lr})
     hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr, card=card, seed=settings.train.seed)
     folder = out / "adapter"
     write_card(folder, card)

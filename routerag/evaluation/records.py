@@ -10,6 +10,9 @@ Definitions (also written into every report):
   for ``no-retrieval``; 0 for a retrieving strategy that did not search.
 * %Tradeoff (FrugalRAG): ``100 · (EM + F1 + GenAcc) / (3 · S)`` with EM, F1, GenAcc the run's mean scores in [0, 1]
   and S its mean searches per question; 0 when S = 0.
+* Refusals: a question the policy refused (``<answer> [refuse] </answer>``) scores 0 on EM, F1 and GenAcc, so those
+  stay comparable with runs that cannot refuse; ``refusal_rate`` is the share refused, and ``em_answered``,
+  ``f1_answered``, ``gen_acc_answered`` the means over the questions not refused (None when every one was).
 """
 
 from __future__ import annotations
@@ -46,8 +49,12 @@ DEFINITIONS = {
     "tradeoff": "FrugalRAG %Tradeoff = 100 * (EM + F1 + GenAcc) / (3 * S), EM/F1/GenAcc the run's mean scores in "
                 "[0, 1], S its mean searches per question; 0 when S = 0",
     "mode_mix": "share of the run's searches made in each retrieval mode",
-    "format_ok": "share of policy trajectories that answered in format on their own (no invalid turn, no forced "
-                 "answer); undefined for naive-rag and no-retrieval",
+    "format_ok": "share of policy trajectories that answered (or refused) in format on their own (no invalid turn, "
+                 "no forced answer); undefined for naive-rag and no-retrieval",
+    "refusal_rate": "share of questions the policy refused on its own (<answer> [refuse] </answer>: the documents do "
+                    "not answer it); a refusal scores 0 on EM, F1 and GenAcc",
+    "answered": "em_answered, f1_answered, gen_acc_answered: EM, F1 and GenAcc over the questions not refused; "
+                "undefined when every question was refused",
     "retrieval_ms": "retrieval time per question (sum over its searches); retrieval_ms_per_search: total retrieval "
                     "time / total searches",
 }
@@ -70,6 +77,7 @@ def score(item: QAItem, strategy: str, outcome: Summary, wall_ms: float, *, erro
     """The per-question record written to ``<strategy>.jsonl``."""
     docs = distinct_docs(outcome.documents)
     keys = [(d.title, h) for d, h in docs]
+    scored = None if outcome.refused else outcome.answer  # a refusal's sentence is no answer: it scores 0
     retrieves = strategy != NO_RETRIEVAL  # recall of a strategy that never retrieves is undefined, not 0
     recall: dict[str, float | None] = {}
     for k in RECALL_KS:
@@ -82,9 +90,10 @@ def score(item: QAItem, strategy: str, outcome: Summary, wall_ms: float, *, erro
         "type": question_type(item),
         "answers": item.answers,
         "prediction": outcome.answer,
-        "em": exact_match(outcome.answer, item.answers),
-        "f1": f1(outcome.answer, item.answers),
-        "gen_acc": gen_acc(outcome.answer, item.answers),
+        "refused": outcome.refused,
+        "em": exact_match(scored, item.answers),
+        "f1": f1(scored, item.answers),
+        "gen_acc": gen_acc(scored, item.answers),
         "answer_recall": (answer_in_documents([f"{d.title} {d.text}" for d, _ in docs], item.answers)
                           if retrieves else None),
         **recall,
@@ -134,12 +143,15 @@ def summarize(records: Sequence[dict[str, Any]], *, _by_type: bool = False) -> d
     col = lambda key: [r.get(key) for r in records]  # noqa: E731
     mean = lambda key: _mean(col(key)) if n else None  # noqa: E731
     em, f, ga, s = (mean(k) or 0.0 for k in ("em", "f1", "gen_acc", "searches"))
+    answered = [r for r in records if not r.get("refused")]  # records written before refusals existed: answered
     modes = Counter(m for r in records for m in r.get("modes", []))
     total_searches = sum(modes.values())
     total_ms = sum(r.get("retrieval_ms", 0.0) for r in records)
     out: dict[str, Any] = {
         "questions": n,
         "em": em, "f1": f, "gen_acc": ga,
+        "refusal_rate": (n - len(answered)) / n if n else None,
+        **{f"{k}_answered": _mean([r.get(k) for r in answered]) for k in ("em", "f1", "gen_acc")},
         **{k: mean(k) for k in RECALL_KEYS},
         "answer_recall": mean("answer_recall"),
         "searches": s,

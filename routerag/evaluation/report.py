@@ -42,7 +42,8 @@ def write_overview(out_dir: Path, overview: dict[str, Any]) -> None:
     for d in overview["datasets"]:
         lines += [f"## {d['dataset']} ({d['questions']} questions)", "",
                   f"Questions: `{d['questions_file']}`. Details and plots: [{d['dataset']}/report.md]"
-                  f"({d['dataset']}/report.md).", "", *results_table(d["summaries"]), ""]
+                  f"({d['dataset']}/report.md).", "", *results_table(d["summaries"]), "",
+                  "Refusals, and accuracy on the questions answered:", "", *refusal_table(d["summaries"]), ""]
     lines += _definitions()
     _write(out_dir / "report.md", "\n".join(lines) + "\n")
 
@@ -79,6 +80,20 @@ def results_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
                  _num(s["tradeoff"]), _num(s["retrieval_ms"]), _num(s["retrieval_ms_per_search"]),
                  _num(s["generation_ms"], 0), _num(s["prompt_tokens"], 0), _num(s["completion_tokens"], 0),
                  _pct(s["format_ok"]), str(s["errors"])]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+REFUSAL_COLUMNS = ("strategy", "refusal %", "EM answered", "F1 answered", "GenAcc answered")
+
+
+def refusal_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
+    """One row per strategy: the share of questions refused, and accuracy on the questions answered (a refusing
+    policy is judged on what it chose to answer, beside its plain EM, where a refusal scores 0)."""
+    rows = ["| " + " | ".join(REFUSAL_COLUMNS) + " |", "|" + "|".join("---" for _ in REFUSAL_COLUMNS) + "|"]
+    for name, s in summaries.items():
+        cells = [name, _pct(s.get("refusal_rate")),
+                 *(_pct(s.get(f"{k}_answered")) for k in ("em", "f1", "gen_acc"))]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 
@@ -133,7 +148,8 @@ def _definitions() -> list[str]:
 def dataset_markdown(report: dict[str, Any]) -> str:
     lines = [f"# Evaluation: {report['dataset']} ({report['questions']} questions)", "",
              f"- questions: `{report['questions_file']}`", *_header(report), "", "## Results", "",
-             *results_table(report["summaries"]), "", "## Mode mix (share of searches)", "",
+             *results_table(report["summaries"]), "", "## Refusals (accuracy on the questions answered)", "",
+             *refusal_table(report["summaries"]), "", "## Mode mix (share of searches)", "",
              *mode_mix_table(report["summaries"]), "",
              *(["## By question type", "", *by_type, ""] if (by_type := routing_by_type_table(report["summaries"]))
                else []),

@@ -3,13 +3,14 @@
 A trajectory is a small state machine, in the style of verl's ``ToolAgentLoop``: one handler per state, each doing
 one thing and returning the next state, with everything the trajectory carries in one :class:`_Run`.
 
-* ``GENERATE``: the policy writes a turn. An answer ends it (→ ``ANSWER``); a search goes on (→ ``SEARCH``); a turn
-  with neither gets a notice and another try (→ ``GENERATE``) until there were too many, when an answer is forced
-  (→ ``FORCE_ANSWER``), as it is for a search past the budget.
+* ``GENERATE``: the policy writes a turn. An answer or a refusal ends it (→ ``ANSWER``); a search goes on
+  (→ ``SEARCH``); a turn with neither gets a notice and another try (→ ``GENERATE``) until there were too many, when
+  an answer is forced (→ ``FORCE_ANSWER``), as it is for a search past the budget.
 * ``SEARCH``: retrieve k documents in the mode the policy chose and append them as ``<information>``
   (→ ``GENERATE``); a query the retriever refuses is an invalid turn.
 * ``FORCE_ANSWER``: a notice opens the ``<answer>`` the policy then completes (→ ``ANSWER``).
-* ``ANSWER``: the reader, when one is configured, writes the final answer from the documents; done.
+* ``ANSWER``: the reader, when one is configured, writes the final answer from the documents; done. A refusal
+  stands: its answer is :data:`~routerag.prompts.REFUSAL_ANSWER` whatever the reader.
 
 A turn past the response's token budget is not generated: the trajectory is cut off without an answer
 (→ ``ANSWER``). Every turn is traced (thought, mode, query, documents, timings, tokens). When the backend works on
@@ -29,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import LOOP_DEFAULTS
 from ..prompts import (BUDGET_NOTICE, BUDGET_NOTICE_TEXT, DEFAULT_INSTRUCTION, INFORMATION_BLOCK, INVALID_NOTICE,
-                       SEARCH_FAILED_NOTICE, format_documents, user_message)
+                       REFUSAL_ANSWER, SEARCH_FAILED_NOTICE, format_documents, user_message)
 from ..retrieval import QueryError, RetrievalResult, RetrievedDoc
 from ..vocabulary import Mode, ReaderPrompt, SegmentKind
 from .answering import Reader
-from .parsing import STOP_STRINGS, Action, close_stop, parse_turn
+from .parsing import STOP_STRINGS, Action, close_stop, is_refusal, parse_turn
 from .tokens import TokenCounter
 from .types import Generation, GenerationRequest, Generator, SearchBackend, Segment, Step, Trajectory
 
@@ -166,7 +167,7 @@ class PolicyLoop:
     # -- the states ---------------------------------------------------------------------------------------------------
 
     async def _generate(self, run: _Run) -> State:
-        """The policy's turn: an answer, a search, or an invalid turn."""
+        """The policy's turn: an answer, a refusal, a search, or an invalid turn."""
         turn = await self._turn(run, forced=False)
         if turn is None:
             return State.ANSWER
@@ -175,12 +176,14 @@ class PolicyLoop:
         step.thought = action.thought
         if action.thought:
             await _emit(run.on_event, {"type": "think", "text": action.thought, "step": step.index})
-        if action.kind == "answer":
-            step.action, step.answer = "answer", action.content
+        if action.kind in ("answer", "refuse"):
+            refused = action.kind == "refuse"
+            step.action, step.answer = action.kind, action.content
             run.traj.steps.append(step)
             run.traj.policy_answer = action.content
-            run.traj.finish = "answer"
-            await _emit(run.on_event, {"type": "answer", "text": action.content, "forced": False})
+            run.traj.finish = "refused" if refused else "answer"
+            await _emit(run.on_event, {"type": "answer", "text": REFUSAL_ANSWER if refused else action.content,
+                                       "forced": False, "refused": refused})
             return State.ANSWER
         if action.kind == "invalid":
             step.action = "truncated" if gen.finish_reason == "length" else "invalid"
@@ -238,25 +241,28 @@ class PolicyLoop:
         answer = " ".join(_ANSWER_OPEN.split(body)[-1].split())
         step.action, step.thought = "forced_answer", parse_turn(text).thought
         run.traj.steps.append(step)
-        if answer and answer.lower() not in BUDGET_NOTICE_TEXT:  # a small model may just echo the notice
+        # a small model may just echo the notice; a forced refusal is no answer (only the policy's own choice refuses)
+        if answer and answer.lower() not in BUDGET_NOTICE_TEXT and not is_refusal(answer):
             step.answer = run.traj.policy_answer = answer
             run.traj.finish = "forced_answer"
         else:
             run.traj.finish = "no_answer"
-        await _emit(run.on_event, {"type": "answer", "text": step.answer, "forced": True})
+        await _emit(run.on_event, {"type": "answer", "text": step.answer, "forced": True, "refused": False})
         return State.ANSWER
 
     async def _answer(self, run: _Run) -> State:
-        """The final answer: the reader's when one is configured, else the policy's (cut to a span when asked)."""
+        """The final answer: the reader's when one is configured, else the policy's (cut to a span when asked). A
+        refusal stands: no reader is asked to answer what the policy said the documents do not answer."""
         traj, reader = run.traj, run.cfg.reader
         traj.answer = traj.policy_answer
-        docs = self.read_documents(traj.retrieved, run.cfg)
-        if reader.generator is not None and traj.finish != "no_answer":
+        if traj.refused:
+            traj.answer = REFUSAL_ANSWER
+        elif reader.generator is not None and traj.finish != "no_answer":
             t0 = time.perf_counter()
-            traj.answer = await reader.read(traj.question, docs)
+            traj.answer = await reader.read(traj.question, self.read_documents(traj.retrieved, run.cfg))
             traj.answer_generation_ms = round((time.perf_counter() - t0) * 1000, 3)
         elif traj.answer:
-            traj.answer = reader.shorten(traj.question, traj.answer, docs)
+            traj.answer = reader.shorten(traj.question, traj.answer, self.read_documents(traj.retrieved, run.cfg))
         await _emit(run.on_event, {"type": "done", "answer": traj.answer, "searches": traj.searches,
                                    "finish": traj.finish})
         return State.DONE

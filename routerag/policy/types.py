@@ -113,9 +113,11 @@ class Step:
 class Trajectory:
     question: str
     answer: str | None = None
-    """The final answer (from the answer generator when one is configured)."""
+    """The final answer (from the answer generator when one is configured; for a refusal,
+    :data:`~routerag.prompts.REFUSAL_ANSWER`)."""
     policy_answer: str | None = None
-    """What the policy itself wrote in ``<answer>`` (differs from ``answer`` only with an answer generator)."""
+    """What the policy itself wrote in ``<answer>`` (differs from ``answer`` only with an answer generator, or for a
+    refusal)."""
     steps: list[Step] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     finish: Finish = "no_answer"
@@ -149,9 +151,14 @@ class Trajectory:
         return [(s.query, s.mode) for s in self.steps if s.action == "search" and s.query and s.mode]
 
     @property
+    def refused(self) -> bool:
+        """The policy said, on its own, that the documents do not answer the question (a forced answer never is)."""
+        return self.finish == "refused"
+
+    @property
     def format_ok(self) -> bool:
-        """The policy answered in the required format on its own, without invalid turns or forcing."""
-        return self.finish == "answer" and not any(s.action in ("invalid", "truncated", "over_budget")
+        """The policy answered (or refused) in the required format on its own, without invalid turns or forcing."""
+        return self.finish in ("answer", "refused") and not any(s.action in ("invalid", "truncated", "over_budget")
                                                    for s in self.steps)
 
     @property
@@ -210,17 +217,23 @@ class Summary:
     def retrieval_ms(self) -> float:
         return round(sum(s.retrieval_ms for s in self.searches), 3)
 
+    @property
+    def refused(self) -> bool:
+        """The policy refused: ``answer`` is :data:`~routerag.prompts.REFUSAL_ANSWER`, not an answer to score."""
+        return self.finish == "refused"
+
     def to_json(self) -> dict[str, Any]:
         """The answer with its cost and trace, as ``/ask`` answers it (less the request's total time) and
         ``routerag ask --json`` prints it."""
-        return {"answer": self.answer, "finish": self.finish, "searches": len(self.searches),
+        return {"answer": self.answer, "finish": self.finish, "refused": self.refused, "searches": len(self.searches),
                 "retrieval_ms": self.retrieval_ms, "generation_ms": self.generation_ms,
                 "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens},
                 "citations": [{"id": c.id, "title": c.title, "sentence": c.sentence} for c in self.citations()],
                 "trace": self.trace}
 
     def citations(self) -> list[Citation]:
-        """The retrieved passages that state the answer (:func:`~routerag.policy.citations.cite`)."""
+        """The retrieved passages that state the answer (:func:`~routerag.policy.citations.cite`); none for a
+        refusal."""
         from .citations import cite
 
-        return cite(self.answer, self.documents)
+        return [] if self.refused else cite(self.answer, self.documents)
