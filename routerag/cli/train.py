@@ -157,7 +157,7 @@ def sft_cmd(
              "retrieval).")] = None,
     refusals: Annotated[bool, typer.Option(
         "--refusals", help="A question whose answer none of the retrieved documents holds ends with a refusal "
-                           "(<answer> [refuse] </answer>) instead of a guess, under an instruction that states the "
+                           "(an answer that is the refusal marker, refuse in square brackets) instead of a guess, under an instruction that states the "
                            "convention, recorded in the policy card (implies --plan retrieval).")] = False,
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
