@@ -72,6 +72,9 @@ class RetrievalConfig(StrictModel):
     rrf_k: int = Field(60, ge=1)
     rrf_depth: int = Field(2, ge=1)
     """Each list is taken to ``rrf_depth × k`` before fusion."""
+    shard_timeout_s: float = Field(5.0, gt=0)
+    """``routerag serve --shards``: how long a shard may take to answer one fan-out before the result is merged
+    without it (shards are called with the server's own ``server.api_key``)."""
     batch_size: int = Field(256, ge=1)
     """Queries per PPR batch (bounds memory: vertices × batch floats)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"

@@ -17,21 +17,31 @@ from .policy import LoopConfig, PolicyLoop, Trajectory
 from .policy.backends import make_generator, reader_model
 from .policy.card import resolve_policy
 from .policy.loop import EventSink
-from .policy.search import LocalSearch
+from .policy.search import LocalSearch, ShardSearch
 from .policy.types import Generator, SearchBackend
 from .retrieval import RetrievalResult, Retriever
+from .retrieval.shards import ShardedRetriever
 from .vocabulary import ASK_MODES, AskMode, Mode
 
 
 class Engine:
-    def __init__(self, index: str | Path, settings: Settings | None = None, *, generator: Generator | None = None,
-                 search: SearchBackend | None = None, retriever: Retriever | None = None,
-                 answer_generator: Generator | None = None) -> None:
+    def __init__(self, index: str | Path | None, settings: Settings | None = None, *,
+                 generator: Generator | None = None, search: SearchBackend | None = None,
+                 retriever: Retriever | None = None, answer_generator: Generator | None = None,
+                 shards: ShardedRetriever | None = None) -> None:
         self.settings = settings or Settings()
         self.index = index
-        """The index's path (what :meth:`reload` opens again after an update)."""
+        """The index's path (what :meth:`reload` opens again after an update); None with ``shards``."""
+        self.shards = shards
+        """Shard servers searched instead of a local index (``routerag serve --shards``)."""
         pol = self.settings.policy
-        self.retriever = retriever or Retriever(index, self.settings.retrieval)
+        if shards is not None:
+            self.retriever = None
+            search = search or ShardSearch(shards)
+        else:
+            if index is None and retriever is None:
+                raise ValueError("an engine needs an index, a retriever or shards")
+            self.retriever = retriever or Retriever(index, self.settings.retrieval)  # type: ignore[arg-type]
         if generator is None:
             generator = make_generator(pol.generator)
         self.generator = generator
@@ -65,7 +75,11 @@ class Engine:
         return await self.loop.run(question, on_event=on_event, **overrides)
 
     async def retrieve(self, queries: list[str], mode: Mode, k: int) -> list[RetrievalResult]:
-        """Batched retrieval without the policy (the ``/retrieve`` endpoint), off the event loop."""
+        """Batched retrieval without the policy (the ``/retrieve`` endpoint), off the event loop; over shards, one
+        fan-out whose results say how each shard answered."""
+        if self.shards is not None:
+            results, _ = await self.shards.search(queries, mode, k)
+            return results
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: self.retriever.search(queries, mode=mode, k=k))
 
@@ -84,7 +98,8 @@ class Engine:
     def warm_up(self) -> None:
         """Load the lazily loaded parts (the graph, the query encoder) before serving: the first request of a cold
         engine would otherwise pay seconds."""
-        self.retriever.warm_up()
+        if self.retriever is not None:
+            self.retriever.warm_up()
         self._ready = True
 
     @property

@@ -48,7 +48,7 @@ from .jobs import JobError, JobRunner, Target
 from .metrics import DISCONNECTED_STATE, ServerMetrics, MetricsMiddleware
 from .protocol import (STREAM_EVENTS, AskRequest, AskResponse, DeleteDocuments, Document, ErrorResponse,
                        HealthResponse, IndexInfo, IndexList, Job, JobAccepted, RetrieveRequest, RetrieveResponse,
-                       ScoredDocument, StatusResponse, request_models)
+                       ScoredDocument, ShardStatus, StatusResponse, request_models)
 from .security import (ACCESS_STATE, OPEN, Access, APIKeyMiddleware, BodyLimitMiddleware, JSONContentTypeMiddleware,
                        error_response, key_ring)
 
@@ -77,7 +77,8 @@ def retrieve_response(results: list[RetrievalResult], mode: str, with_scores: bo
         docs = [Document(id=d.id, title=d.title, text=d.text, contents=f'"{d.title}"\n{d.text}') for d in res.docs]
         rows.append([ScoredDocument(document=doc, score=round(d.score, 6)) for doc, d in zip(docs, res.docs)]
                     if with_scores else docs)
-    return RetrieveResponse(result=rows, ms=[r.ms for r in results], mode=mode)  # type: ignore[arg-type]
+    shards = [ShardStatus(**r.to_json()) for r in results[0].shards] if results and results[0].shards else None
+    return RetrieveResponse(result=rows, ms=[r.ms for r in results], mode=mode, shards=shards)  # type: ignore[arg-type]
 
 
 def _backend_errors() -> tuple[type[BaseException], ...]:
@@ -86,7 +87,9 @@ def _backend_errors() -> tuple[type[BaseException], ...]:
 
     from graph_index.llm_clients import UpstreamError  # an OpenAI-compatible server answered no usable completion
 
-    kinds: list[type[BaseException]] = [httpx.HTTPError, UpstreamError]
+    from routerag.retrieval.shards import ShardsUnavailable
+
+    kinds: list[type[BaseException]] = [httpx.HTTPError, UpstreamError, ShardsUnavailable]
     try:
         import openai
 
@@ -124,6 +127,8 @@ def index_path(engine: Engine) -> Path:
     """The directory an engine serves (an engine may have been given the opened index instead of its path)."""
     from graph_index.store import IndexData
 
+    if engine.index is None:
+        return Path("shards")
     return engine.index.root if isinstance(engine.index, IndexData) else Path(str(engine.index))
 
 
@@ -157,8 +162,8 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
     def finished(job: Job) -> None:
         metrics.jobs.labels(job.index, job.op, job.state).inc()
 
-    jobs = JobRunner({name: Target(index_path(e), e.reload,
-                                   lambda e=e: e.retriever.passages) for name, e in served.items()},
+    jobs = JobRunner({name: Target(index_path(e), e.reload, lambda e=e: e.retriever.passages)
+                      for name, e in served.items() if getattr(e, "shards", None) is None},
                      settings, components=dict(components or {}), max_pending=cfg.max_pending_jobs, on_finish=finished)
 
     @contextlib.asynccontextmanager
@@ -260,6 +265,9 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
             raise APIError(404, "not_found", f"no index named {name!r} (serving: {names})")
         if not access.can_read(name):
             raise APIError(403, "forbidden", f"this key may not use index {name!r}")
+        if write and getattr(served[name], "shards", None) is not None:
+            raise APIError(409, "conflict", f"index {name!r} is served from shards: add and delete documents on "
+                                            "the shard servers")
         if write and not access.can_write(name):
             raise APIError(403, "forbidden", f"this key may not change index {name!r}"
                                              + (" (writes need server.admin_key)" if cfg.admin_key else ""))
@@ -429,6 +437,9 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     def index_info(name: str) -> IndexInfo:
         eng = served[name]
+        if getattr(eng, "shards", None) is not None:
+            return IndexInfo(name=name, passages=None, version=f"{len(eng.shards.urls)} shards", memory_mb=0.0,
+                             jobs_pending=0)
         retriever = eng.retriever
         memory = retriever.memory_bytes() if hasattr(retriever, "memory_bytes") else 0
         version = getattr(getattr(retriever, "data", None), "version", "")

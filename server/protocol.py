@@ -133,11 +133,21 @@ class ScoredDocument(BaseModel):
     score: float
 
 
+class ShardStatus(BaseModel):
+    url: str
+    ok: bool
+    ms: float
+    error: str | None = None
+
+
 class RetrieveResponse(BaseModel):
     result: list[list[ScoredDocument]] | list[list[Document]] = Field(
         description="Per query, its documents best first: {document, score} with return_scores, else bare documents.")
     ms: list[float] = Field(description="Per query, its share of the batch's retrieval compute time.")
     mode: Mode
+    shards: list[ShardStatus] | None = Field(None, description=(
+        "A sharded index (`routerag serve --shards`): how each shard answered; the result merges those that did "
+        "(passage by score, graph and hybrid by Reciprocal Rank Fusion)."))
 
 
 # -- errors and probes ------------------------------------------------------------------------------------------------
@@ -163,7 +173,7 @@ class StatusResponse(BaseModel):
 
 class IndexInfo(BaseModel):
     name: str
-    passages: int
+    passages: int | None = Field(description="None for a sharded index (its shards report their own).")
     version: str = Field(description="The index version being served (it changes when an ingestion job lands).")
     memory_mb: float = Field(description="Its loaded search structures (vectors, FAISS, facts, PageRank operator, "
                                          "texts), not the shared models.")

@@ -81,17 +81,26 @@ ApiOpt = Annotated[Optional[str], typer.Option(help="With --backend openai: chat
                                                     "every modern server) or completions (/v1/completions, legacy).")]
 
 
-def load_engine(index: Path, config: Path | None, policy: dict, *, warm: bool = False, **sections: Any) -> Any:
+def load_engine(index: Path | None, config: Path | None, policy: dict, *, warm: bool = False,
+                shards: list[str] | None = None, **sections: Any) -> Any:
     """What every command that runs the policy starts with: BLAS threads limited, the settings read (defaults, the
     ``--config`` file, ``ROUTERAG_*`` variables, then these flags: ``policy`` from :func:`policy_overrides` and any
-    other ``sections``), and the :class:`~routerag.engine.Engine` built; ``warm`` loads the graph and the query encoder
-    now (servers, so their first request does not pay for it)."""
+    other ``sections``), and the :class:`~routerag.engine.Engine` built, over ``index`` or over shard servers;
+    ``warm`` loads the graph and the query encoder now (servers, so their first request does not pay for it)."""
     from ..config import Settings, load_settings
     from ..engine import Engine
     from ..runtime import configure_threads
 
     configure_threads()
-    engine = Engine(index, load_settings(Settings, config, policy=policy, **sections))
+    settings = load_settings(Settings, config, policy=policy, **sections)
+    sharded = None
+    if shards:
+        from ..retrieval.shards import ShardedRetriever
+
+        key = settings.server.api_key
+        sharded = ShardedRetriever(shards, api_key=key.get_secret_value() if key else None,
+                                   timeout_s=settings.retrieval.shard_timeout_s, rrf_k=settings.retrieval.rrf_k)
+    engine = Engine(index, settings, shards=sharded)
     if warm:
         engine.warm_up()
     return engine

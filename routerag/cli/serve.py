@@ -36,9 +36,9 @@ def parse_indexes(specs: list[str]) -> dict[str, Path]:
 
 @handle_errors
 def serve_cmd(
-    indexes: Annotated[list[str], typer.Argument(
+    indexes: Annotated[Optional[list[str]], typer.Argument(
         help="Index directories, each as DIR (served under its directory's name) or NAME=DIR.",
-        metavar="[NAME=]DIR...")],
+        metavar="[NAME=]DIR...", show_default=False)] = None,
     policy: PolicyOpt = None,
     backend: BackendOpt = None,
     base_url: BaseUrlOpt = None,
@@ -51,6 +51,11 @@ def serve_cmd(
         "--api-key", help="Require 'Authorization: Bearer <key>' on every route but /health and the docs. Prefer "
                           "the environment variable ROUTERAG_SERVER__API_KEY: a flag is visible to other users "
                           "in the process list.")] = None,
+    shards: Annotated[Optional[str], typer.Option(
+        help="Serve one index split over shard servers instead of local directories: their base URLs, comma "
+             "separated. Each query fans out to all of them (retrieval.shard_timeout_s each); a shard that fails "
+             "degrades the answer, and /retrieve says which answered.")] = None,
+    shards_name: Annotated[str, typer.Option(help="The name the sharded index is served under.")] = "shards",
     config: ConfigOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request.")] = False,
 ) -> None:
@@ -65,10 +70,14 @@ def serve_cmd(
 
     from ..engine import Engine
 
-    named = parse_indexes(indexes)
+    if bool(indexes) == bool(shards):
+        raise ValueError("give index directories, or --shards URL,URL, not both" if indexes else
+                         "nothing to serve: give index directories ([NAME=]DIR ...) or --shards URL,URL")
+    named: dict[str, Path | None] = dict(parse_indexes(indexes)) if indexes else {shards_name: None}
     first, *rest = named.items()
     engine = load_engine(first[1], config, policy_overrides(policy, backend, base_url, adapter, temperature, api),
-                         warm=True, server={"host": host, "port": port, "api_key": api_key})
+                         warm=True, server={"host": host, "port": port, "api_key": api_key},
+                         shards=[u.strip() for u in shards.split(",") if u.strip()] if shards else None)
     settings = engine.settings
     engines = {first[0]: engine}
     for name, path in rest:  # the other indexes share the first one's policy model and settings
@@ -78,11 +87,11 @@ def serve_cmd(
 
     # each index's updates use its own build settings (models, graph) and the query encoder already loaded
     components = {name: Components(config_for_update(e.retriever.data, settings), embedder=e.retriever.embedder)
-                  for name, e in engines.items()}
+                  for name, e in engines.items() if e.retriever is not None}
     app = create_app(engines, settings, components=components)
     srv = settings.server
     keyed = any(k and k.get_secret_value() for k in (srv.api_key, srv.admin_key)) or bool(srv.index_keys)
-    err_console.print(f"serving {', '.join(f'{n} ({p})' for n, p in named.items())} on http://{srv.host}:{srv.port} "
+    err_console.print(f"serving {', '.join(f'{n} ({p or shards})' for n, p in named.items())} on http://{srv.host}:{srv.port} "
                       f"(policy {engine.generator.name}, auth {'on' if keyed else 'off'}; docs at /docs)",
                       highlight=False)
     uvicorn.run(app, host=srv.host, port=srv.port, log_level="info" if verbose else "warning",

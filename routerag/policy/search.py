@@ -4,12 +4,12 @@ server that speaks the Search-R1 / RouteRAG ``/retrieve`` protocol (plus our ``m
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import httpx
 
 from ..batching import MicroBatcher
-from ..retrieval import QueryError, RetrievalResult, RetrievedDoc, Retriever
+from ..retrieval import QueryError, RetrievalResult, Retriever
+from ..retrieval.shards import ShardedRetriever, parse_document
 from ..vocabulary import Mode
 
 
@@ -42,6 +42,18 @@ class LocalSearch:
         return await self.batcher.submit((query, mode, k))
 
 
+class ShardSearch:
+    """The policy loop's searches over shard servers (:class:`~routerag.retrieval.shards.ShardedRetriever`): one
+    fan-out per search, on the event loop (the shards batch on their side)."""
+
+    def __init__(self, shards: ShardedRetriever) -> None:
+        self.shards = shards
+
+    async def search(self, query: str, mode: Mode, k: int) -> RetrievalResult:
+        results, _ = await self.shards.search([query], mode, k)
+        return results[0]
+
+
 class HTTPSearch:
     """A remote ``POST /retrieve`` (our server, Search-R1's or RouteRAG's format of documents)."""
 
@@ -63,21 +75,3 @@ class HTTPSearch:
 
     async def aclose(self) -> None:
         await self.client.aclose()
-
-
-def parse_document(item: Any) -> RetrievedDoc:
-    """A ``/retrieve`` result entry: ``{"document": {...}, "score"}`` or a bare document; the document a dict
-    (``id``/``title``/``text``, or Search-R1's ``contents`` = title line + text) or RouteRAG's ``"title\\ntext"``."""
-    score = 0.0
-    if isinstance(item, dict) and "document" in item:
-        score = float(item.get("score", 0.0))
-        item = item["document"]
-    if isinstance(item, str):
-        title, _, text = item.partition("\n")
-        return RetrievedDoc("", title.strip().strip('"'), text.strip(), score)
-    title = item.get("title")
-    text = item.get("text")
-    if title is None or text is None:
-        head, _, rest = str(item.get("contents", "")).partition("\n")
-        title, text = title or head.strip().strip('"'), text or rest.strip()
-    return RetrievedDoc(str(item.get("id", "")), str(title), str(text), score)

@@ -64,6 +64,8 @@ class RetrievalResult:
     """Graph and hybrid modes: the facts that seeded the PageRank, with their normalised scores."""
     fallback: str | None = None
     """Why graph seeding fell back, if it did (e.g. no fact links to an entity)."""
+    shards: list[Any] = field(default_factory=list)
+    """Sharded retrieval (:mod:`routerag.retrieval.shards`): how each shard answered the fan-out."""
 
     @property
     def ms(self) -> float:
