@@ -242,7 +242,11 @@ def _assemble(
     op: dict[str, Any],
     report: LoadReport | None,
     ostats: ExtractionStats | None,
+    known: tuple[dict[Any, np.ndarray], dict[Any, np.ndarray], dict[Any, np.ndarray]] | None = None,
 ) -> dict[str, Any]:
+    """Everything after extraction: embeddings (reusing a previous version's rows, and ``known`` rows computed
+    elsewhere: passage hash, entity, fact → vector, as a distributed build hands them over), synonymy, the graph,
+    the dense index, and the atomic write."""
     cfg = comp.cfg
     with timer("models"):
         emb = comp.get_embedder()
@@ -255,6 +259,8 @@ def _assemble(
         prev_p = {p.hash: previous.passage_emb[i] for i, p in enumerate(previous.passages)}
         prev_e = {e: previous.entity_emb[j] for j, e in enumerate(previous.entities)}
         prev_f = {f: previous.fact_emb[j] for j, f in enumerate(previous.facts)}
+    if known is not None:
+        prev_p, prev_e, prev_f = {**prev_p, **known[0]}, {**prev_e, **known[1]}, {**prev_f, **known[2]}
     with timer("embed_passages"):
         passage_emb = _reuse_or_embed(emb, [p.hash for p in passages], lambda idx: [passages[i].content for i in idx],
                                       prev_p, "passages", progress)

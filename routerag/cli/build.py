@@ -65,6 +65,10 @@ def build_graph_cmd(
     max_passage_chars: MaxCharsOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing index at --out.")] = False,
     lock_timeout: LockTimeoutOpt = DEFAULT_LOCK_TIMEOUT_S,
+    ray: Annotated[Optional[str], typer.Option(
+        "--ray", help="Run extraction and embedding on Ray: auto (a running cluster), ray://HOST:PORT, or local (a "
+                      "Ray started for this build). Batches finished by a killed run are not run again.")] = None,
+    ray_batch_size: Annotated[int, typer.Option(help="Passages per Ray batch (one result file each).")] = 256,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
@@ -87,8 +91,16 @@ def build_graph_cmd(
     if cfg.extractor.kind == "llm" and not (cfg.extractor.llm_model and (cfg.extractor.llm_base_url
                                                                           or cfg.extractor.llm_backend == "vllm")):
         raise ValueError("--extractor llm needs --llm-model and --llm-base-url (or --llm-backend vllm)")
-    manifest = build_index(corpus, out, cfg, openie_results=openie_results, force=force, progress=not json_out,
-                           lock_timeout=lock_timeout)
+    if ray is not None:
+        if openie_results is not None:
+            raise ValueError("--openie-results imports extraction results; it does not combine with --ray")
+        from graph_index.ray_build import build_index_ray
+
+        manifest = build_index_ray(corpus, out, cfg, address=None if ray == "local" else ray, force=force,
+                                   batch_size=ray_batch_size, progress=not json_out, lock_timeout=lock_timeout)
+    else:
+        manifest = build_index(corpus, out, cfg, openie_results=openie_results, force=force,
+                               progress=not json_out, lock_timeout=lock_timeout)
     _report(manifest, out, "built", json_out)
 
 
