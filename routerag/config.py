@@ -50,6 +50,10 @@ class RetrievalConfig(StrictModel):
     k: int = Field(LOOP_DEFAULTS["k"], ge=1, le=1000, validation_alias=AliasChoices("k", "top_k"))
     """Documents per search when the caller names none (``routerag search``, ``/retrieve`` without ``topk``): the
     same default as the policy loop's ``k``. ``top_k`` is its former name, still read."""
+    fact_index: Literal["exact", "hnsw", "ivfpq"] = "exact"
+    """How queries are matched to facts: ``exact`` scans every fact (float16 screen, float32 rescore: the exact
+    float32 result); ``hnsw`` or ``ivfpq`` search a FAISS index built when the index is opened, for fact tables too
+    large to scan (approximate top facts and min-max range; see ``benchmarks/fact_index.py`` for their recall)."""
     fact_top_k: int = Field(3, ge=0)
     """Facts matched to the query that seed the graph (HippoRAG 2's linking_top_k is 5; with the CPU extractor's
     noisier facts 3 retrieves better on both HotpotQA and PopQA)."""

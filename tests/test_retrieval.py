@@ -262,3 +262,22 @@ def test_fact_filter_parses_answers_and_never_breaks_retrieval(retriever: Retrie
         assert [f for f, _ in failed.facts] == [f for f, _ in retriever.search(["boom glass"], mode="graph", k=3)[0].facts]
     with pytest.raises(ValueError, match="fact_filter needs"):
         RetrievalConfig(fact_filter=True)
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ivfpq"])
+def test_approximate_fact_index_finds_the_top_facts_and_the_range(kind: str) -> None:
+    """The FAISS fact indexes: the exact top facts are found (nearly always, on unit vectors), their scores are
+    exact (rescored), and the minimum over all facts comes from the negated query's search."""
+    from routerag.retrieval.facts import FactScorer, FaissFactScorer
+
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((4000, 64)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    q = emb[rng.choice(4000, 20, replace=False)] + 0.3 * rng.standard_normal((20, 64)).astype(np.float32)
+    exact, approx = FactScorer(emb).match(q, 3), FaissFactScorer(emb, kind).match(q, 3)
+    found = np.mean([len(set(a) & set(b)) / 3 for a, b in zip(exact.top, approx.top)])
+    assert found >= (0.9 if kind == "hnsw" else 0.4)  # IVF-PQ trades recall for memory (measured in benchmarks)
+    for r in range(20):  # a found fact's score is its exact score
+        np.testing.assert_allclose(approx.scores[r], emb[approx.top[r]] @ q[r], rtol=1e-5)
+    assert np.all(approx.lo >= exact.lo - 1e-5) and np.mean(np.abs(approx.lo - exact.lo)) < 0.15
+    np.testing.assert_allclose(approx.hi, exact.hi, rtol=1e-5) if kind == "hnsw" else None

@@ -95,3 +95,55 @@ def top_rows(x: np.ndarray, k: int) -> np.ndarray:
     vals = np.take_along_axis(x, part, axis=1)
     order = np.lexsort((part, -vals), axis=1)
     return np.take_along_axis(part, order, axis=1)
+
+
+class FaissFactScorer:
+    """Fact matching through an approximate FAISS index (``retrieval.fact_index = "hnsw"`` or ``"ivfpq"``): for
+    fact tables too large to scan per query (the 21M-passage estimate of docs/scaling.md).
+
+    HippoRAG 2 min-max normalises a query's fact scores over *all* facts. The maximum is the best hit; the minimum is
+    found by the same index, searched with the negated query (min_f q·f = −max_f (−q)·f), so no scan is needed.
+    Both are approximate, as the top facts are; ``benchmarks/fact_index.py`` measures the recall of the exact top
+    facts and the end-to-end retrieval recall. The top facts are rescored exactly from the (memory-mapped) float32
+    rows, so the scores of the facts found are exact.
+    """
+
+    def __init__(self, fact_emb: np.ndarray, kind: str, *, hnsw_m: int = 32, ef_search: int = 64,
+                 nlist: int | None = None, nprobe: int = 16, pq_m: int = 32) -> None:
+        import faiss
+
+        self.emb = fact_emb
+        self.n, self.dim = fact_emb.shape
+        vecs = np.ascontiguousarray(fact_emb, dtype=np.float32)
+        if kind == "hnsw":
+            index = faiss.IndexHNSWFlat(self.dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efSearch = ef_search
+        elif kind == "ivfpq":
+            nlist = nlist or max(1, min(4096, int(4 * np.sqrt(self.n))))
+            quantizer = faiss.IndexFlatIP(self.dim)
+            index = faiss.IndexIVFPQ(quantizer, self.dim, nlist, pq_m if self.dim % pq_m == 0 else 8, 8,
+                                     faiss.METRIC_INNER_PRODUCT)
+            index.train(vecs[np.random.default_rng(0).permutation(self.n)[:max(nlist * 39, 10_000)]])
+            index.nprobe = nprobe
+        else:
+            raise ValueError(f"unknown fact index {kind!r}: exact, hnsw or ivfpq")
+        index.add(vecs)
+        self.index = index
+        self.kind = kind
+
+    def match(self, q: np.ndarray, k: int) -> FactMatches:
+        k = min(k, self.n)
+        q = np.ascontiguousarray(q, dtype=np.float32)
+        width = max(4 * k, 32)  # candidates, rescored exactly below
+        _, top = self.index.search(q, min(width, self.n))
+        neg, _ = self.index.search(-q, 1)
+        tops, scores, lo, hi = [], [], [], []
+        for r in range(q.shape[0]):
+            cand = top[r][top[r] >= 0]
+            exact = self.emb[cand] @ q[r]
+            order = np.lexsort((cand, -exact))[:k]
+            tops.append(cand[order])
+            scores.append(exact[order])
+            hi.append(float(exact.max()))
+            lo.append(float(-neg[r][0]) if np.isfinite(neg[r][0]) else float(exact.min()))
+        return FactMatches(np.stack(tops), np.stack(scores), np.asarray(lo), np.asarray(hi))

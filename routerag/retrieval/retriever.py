@@ -32,7 +32,7 @@ from routerag.config import RetrievalConfig
 from routerag.vocabulary import MODES, Mode
 
 from .fact_filter import LLMFactFilter
-from .facts import FactScorer, top_rows
+from .facts import FactScorer, FaissFactScorer, top_rows
 from .fusion import reciprocal_rank_fusion
 from .ppr import PPRSolver, igraph_ppr
 
@@ -114,7 +114,9 @@ class Retriever:
     def _load_graph(self) -> None:
         g = self.data.graph
         self.fact_ends = self.data.fact_ends
-        self.fact_scorer = FactScorer(np.ascontiguousarray(self.data.fact_emb))
+        fact_emb = np.ascontiguousarray(self.data.fact_emb)
+        self.fact_scorer = (FactScorer(fact_emb) if self.cfg.fact_index == "exact"
+                            else FaissFactScorer(fact_emb, self.cfg.fact_index))
         self.entity_passages = self.data.vertex_passage_counts
         self.n_nodes = g.vcount()
         self._passage_rows = self.data.passage_vertices
@@ -176,7 +178,10 @@ class Retriever:
         ntotal, dim = getattr(self.dense, "ntotal", 0), getattr(self.dense, "d", 0)
         total += int(ntotal) * int(dim) * 4  # the FAISS index's own copy of the vectors (exact for a flat index)
         if self._graph_ready:
-            arrays += [self.fact_scorer.emb, self.fact_scorer.half.numpy()]
+            arrays.append(self.fact_scorer.emb)
+            half = getattr(self.fact_scorer, "half", None)
+            if half is not None:
+                arrays.append(half.numpy())
             solver = getattr(self, "solver", None)
             if solver is not None:
                 arrays += [solver.S.data, solver.S.indices, solver.S.indptr, solver.perm, solver.inv,
