@@ -42,12 +42,12 @@ def browser() -> Iterator[Any]:
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the `test` extra)")
     from selenium.common.exceptions import WebDriverException
 
-    binary = _found(BROWSERS, "ROUTERAG_CHROMIUM")
-    driver_path = _found(DRIVERS, "ROUTERAG_CHROMEDRIVER")
+    binary = _found(BROWSERS, "CHROME_BIN")
+    driver_path = _found(DRIVERS, "CHROMEDRIVER_PATH")
     if binary is None or driver_path is None:
         pytest.skip(f"no browser to drive: chromium {'found' if binary else 'not found'}, chromedriver "
                     f"{'found' if driver_path else 'not found'} (Debian: apt-get install chromium chromium-driver; "
-                    "or set ROUTERAG_CHROMIUM and ROUTERAG_CHROMEDRIVER)")
+                    "or set CHROME_BIN and CHROMEDRIVER_PATH)")
     options = webdriver.ChromeOptions()
     options.binary_location = binary
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
