@@ -51,10 +51,11 @@ from .protocol import (STREAM_EVENTS, AskRequest, AskResponse, DeleteDocuments, 
                        ScoredDocument, ShardStatus, StatusResponse, request_models)
 from .security import (ACCESS_STATE, OPEN, Access, APIKeyMiddleware, BodyLimitMiddleware, JSONContentTypeMiddleware,
                        error_response, key_ring)
+from .ui import UI_PATHS, ui_routes
 
 log = logging.getLogger(__name__)
 
-PUBLIC_PATHS = ("/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+PUBLIC_PATHS = ("/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", *UI_PATHS)
 JSON_PATHS = ("/ask", "/retrieve", "/documents/delete", "/v1/chat/completions")
 UPLOAD_PATH = "/documents"
 NO_ACCESS = Access(frozenset(), False)
@@ -566,6 +567,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     app.include_router(chat_routes(pick=pick, readable=readable, admit=admit, run_ask=run_ask,
                                    ask_model=ask_model, errors=errors, timeout_s=timeout_s))
+    app.include_router(ui_routes(pick=pick, settings=settings, errors=errors))  # GET /ui, POST /explain
 
     # -- guards, outermost last: metrics see every response, auth runs before the body is read, the content type is
     #    checked on the buffered body (so a refused client still reads its 415 rather than a reset) -------------------

@@ -385,6 +385,105 @@ STREAM_EVENTS: dict[str, type[BaseModel]] = {"think": ThinkEvent, "search": Sear
 carry, e.g. a timeout or an internal error)."""
 
 
+# -- /explain --------------------------------------------------------------------------------------------------------
+
+ExplainMode = Literal["graph", "hybrid"]
+
+
+class ExplainRequest(BaseModel):
+    """The evidence subgraph of one graph or hybrid search. The limits bound what is drawn, not what is searched:
+    the PageRank always runs over the whole graph."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    query: NonBlank = Field(min_length=1, description="The query to search and explain.")
+    mode: ExplainMode = Field("graph", description="graph or hybrid (passage search has no graph to explain).")
+    k: int | None = Field(None, ge=1, description="Top passages to explain (the retrieval default if null).")
+    index: str | None = Field(None, description=INDEX_FIELD)
+    max_nodes: int = Field(40, ge=2, le=100, description="Vertices drawn at most.")
+    max_seeds: int = Field(8, ge=0, le=50, description="Entity seeds drawn at most, heaviest first.")
+    paths_per_passage: int = Field(2, ge=0, le=5, description="Strongest paths per top passage.")
+    max_hops: int = Field(4, ge=1, le=8, description="Edges on a path from a seed to a passage.")
+
+
+class ExplainNode(BaseModel):
+    id: int = Field(description="The graph vertex (stable within one index version).")
+    kind: Literal["entity", "passage"]
+    label: str = Field(description="The entity's normalised name, or the passage's title.")
+    mass: float = Field(description="Personalized PageRank mass (all vertices of the graph sum to 1).")
+    seed_weight: float = Field(description="Its weight in the PageRank's reset before normalisation; 0 if no seed.")
+    seed_from: list[Literal["fact", "query", "dense", "uniform"]] = Field(description=(
+        "Why it is a seed: an end of a matched fact, named in the query, a passage's dense score, or the uniform "
+        "fallback."))
+    rank: int | None = Field(description="1-based rank among the search's results (top passages only).")
+    x: float = Field(description="Layout position in [0, 1] (Kamada–Kawai, so drawn distance follows graph "
+                                 "distance; the seeds lie left of the top passages on average).")
+    y: float
+
+
+class ExplainEdge(BaseModel):
+    source: int
+    target: int
+    kind: Literal["relation", "synonym", "passage-entity"] = Field(description=(
+        "relation: an extracted fact; synonym: entities with similar embeddings; passage-entity: a mention or a "
+        "title."))
+    kinds: list[str] = Field(description="Every link the edge stands for: fact, mention, title, synonym.")
+    weight: float
+    relations: list[str] = Field(description="The relations of the facts between its ends.")
+    seed_fact: float | None = Field(description="The score of the best seed fact on this edge, if any.")
+    on_path: bool = Field(description="On one of the paths listed in `paths`.")
+
+
+class EvidencePath(BaseModel):
+    nodes: list[int] = Field(description="Vertices from an entity seed to the passage.")
+    score: float = Field(description="Product of its vertices' PageRank mass relative to the heaviest vertex "
+                                     "(what paths are ranked by).")
+    weakest: float = Field(description="The smallest PageRank mass on the path.")
+
+
+class PassagePaths(BaseModel):
+    node: int
+    title: str
+    rank: int
+    paths: list[EvidencePath]
+
+
+class SeedFact(BaseModel):
+    subject: str
+    relation: str
+    object: str
+    score: float = Field(description="Min-max normalised match score (1: the best fact).")
+    nodes: list[int] = Field(description="The drawn vertices of its subject and object.")
+
+
+class ExplainLimits(BaseModel):
+    max_nodes: int
+    max_seeds: int
+    paths_per_passage: int
+    max_hops: int
+    context_nodes: int = Field(description="Heavy neighbours added around the evidence while there is room.")
+    candidates: int = Field(description="The heaviest vertices the path search may pass through.")
+
+
+class ExplainResponse(BaseModel):
+    """The search's top passages and the evidence behind them, at most `limits.max_nodes` vertices."""
+
+    query: str
+    mode: ExplainMode
+    index: str
+    docs: list[EventDocument] = Field(description="The search's results, best first (as /retrieve ranks them).")
+    facts: list[SeedFact] = Field(description="The facts that matched the query and seeded the PageRank.")
+    nodes: list[ExplainNode]
+    edges: list[ExplainEdge] = Field(description="Every graph edge between drawn vertices.")
+    paths: list[PassagePaths] = Field(description="Per drawn top passage, its strongest paths from the seeds.")
+    fallback: str | None = Field(description="Why graph seeding fell back, if it did.")
+    truncated: bool = Field(description="Something was left out to stay within the limits (see `omitted`).")
+    omitted: dict[str, int] = Field(description="passages, seeds and paths left out by the limits.")
+    limits: ExplainLimits
+    graph: dict[str, int] = Field(description="The whole graph's nodes and edges, for scale.")
+    ms: float
+
+
 # -- the configured maxima --------------------------------------------------------------------------------------------
 
 
@@ -414,3 +513,15 @@ def request_models(cfg: ServerConfig, max_query_chars: int | None = None) -> tup
                                             "null).")),
     )
     return ask, retrieve
+
+
+def explain_model(cfg: ServerConfig, max_query_chars: int | None = None) -> type[ExplainRequest]:
+    """:class:`ExplainRequest` with ``cfg``'s maximum k and the retriever's query length."""
+    return create_model(
+        "ExplainRequest", __base__=ExplainRequest, __module__=__name__,
+        query=(Annotated[NonBlank, Field(max_length=max_query_chars)] if max_query_chars else NonBlank,
+               Field(min_length=1, description="The query to search and explain.")),
+        k=(int | None, Field(None, ge=1, le=cfg.max_k,
+                             description=f"Top passages to explain (1 to {cfg.max_k}; the retrieval default if "
+                                         "null).")),
+    )

@@ -45,7 +45,8 @@ def test_no_server_errors(own_index: Path, minilm, spacy_extractor, api_key: str
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {op.label for op in operations} >= {"POST /ask", "POST /retrieve", "GET /health", "GET /metrics",
                                                "POST /documents", "DELETE /documents/{doc_id}", "GET /jobs/{job_id}",
-                                               "POST /v1/chat/completions", "GET /v1/models", "GET /indexes"}
+                                               "POST /v1/chat/completions", "GET /v1/models", "GET /indexes",
+                                               "POST /explain"}
     for op in operations:
         if mode is GenerationMode.NEGATIVE and not len(op.body):
             continue  # nothing to get wrong in a GET without parameters
@@ -61,4 +62,4 @@ def test_no_server_errors(own_index: Path, minilm, spacy_extractor, api_key: str
     statuses = set().union(*seen.values())
     assert all(s < 500 for s in statuses), seen
     if mode is GenerationMode.POSITIVE:
-        assert 200 in seen["POST /ask"] and 200 in seen["POST /retrieve"], seen
+        assert 200 in seen["POST /ask"] and 200 in seen["POST /retrieve"] and 200 in seen["POST /explain"], seen

@@ -75,6 +75,26 @@ class RetrievalResult:
         return {"query": self.query, "mode": self.mode, "docs": [d.to_json() for d in self.docs], "ms": self.ms}
 
 
+@dataclass(slots=True)
+class Seeds:
+    """One query's PageRank reset: vertex → mass, and (when asked) where each vertex's mass came from."""
+
+    weights: dict[int, float] = field(default_factory=dict)
+    origins: dict[int, list[str]] | None = None
+    """``fact`` (an end of a matched fact), ``query`` (named by the query), ``dense`` (a passage's dense score) or
+    ``uniform`` (the last resort)."""
+
+    def add(self, v: int, w: float, origin: str) -> None:
+        if w <= 0:
+            return
+        v = int(v)  # fact ends are numpy integers
+        self.weights[v] = self.weights.get(v, 0.0) + w
+        if self.origins is not None:
+            kinds = self.origins.setdefault(v, [])
+            if origin not in kinds:
+                kinds.append(origin)
+
+
 class Retriever:
     def __init__(self, index: IndexData | str | Path, cfg: RetrievalConfig | None = None, *,
                  embedder: Embedder | None = None) -> None:
@@ -256,25 +276,52 @@ class Retriever:
         self._ensure_graph()
         cfg = self.cfg
         b = q.shape[0]
+        seeds, facts, fallbacks = self.graph_seeds(q, queries, dense_hits, timings)
         t = time.perf_counter()
-        seeds: list[dict[int, float]] = [{} for _ in range(b)]  # per query: vertex → reset mass
+        rows_i = [v for sd in seeds for v in sd.weights]
+        cols_i = [r for r, sd in enumerate(seeds) for _ in sd.weights]
+        vals = [w for sd in seeds for w in sd.weights.values()]
+        reset = sp.csc_matrix((np.asarray(vals, dtype=np.float32), (rows_i, cols_i)), shape=(self.n_nodes, b))
+        timings["seeds"] += _ms(t)
+        t = time.perf_counter()
+        if cfg.ppr_backend == "igraph":
+            g = self.data.graph
+            dense_reset = reset.toarray()
+            scores = np.stack([igraph_ppr(g, dense_reset[:, r], cfg.damping)[: self.n_passages] for r in range(b)],
+                              axis=1)
+        else:
+            scores = self.solver.solve(reset, rows=self._passage_rows, validate=False)  # P × b
+        timings["ppr"] = _ms(t)
+        t = time.perf_counter()
+        top = top_rows(scores.T, depth)
+        lists = [[(int(i), float(scores[i, r])) for i in top[r]] for r in range(b)]
+        timings["rank"] = _ms(t)
+        return lists, facts, fallbacks
 
-        def seed(r: int, v: int, w: float) -> None:
-            if w > 0:
-                seeds[r][v] = seeds[r].get(v, 0.0) + w
-
+    def graph_seeds(self, q: np.ndarray, queries: list[str], dense_hits: tuple[np.ndarray, np.ndarray] | None,
+                    timings: dict[str, float] | None = None, *, origins: bool = False
+                    ) -> tuple[list[Seeds], list[list[tuple[tuple[str, str, str], float]]], list[str | None]]:
+        """The PageRank reset of each query (vertex → mass; HippoRAG 2's seeding, see the module docstring), the
+        facts that seeded it and why seeding fell back. ``origins`` also records where each vertex's mass came from
+        (``fact``, ``query``, ``dense``): the explanation of a search shows it, the search itself need not pay."""
+        self._ensure_graph()
+        cfg = self.cfg
+        b = q.shape[0]
+        timings = {} if timings is None else timings
+        t = time.perf_counter()
+        seeds = [Seeds(origins={} if origins else None) for _ in range(b)]
         if dense_hits is None:  # every passage seeds (HippoRAG 2): its min-max-normalised dense score
             norm_all = _minmax_rows(q @ self.passage_emb.T) * cfg.passage_node_weight
             for r in range(b):
                 for v in np.flatnonzero(norm_all[r]):
-                    seed(r, int(v), float(norm_all[r, v]))
+                    seeds[r].add(int(v), float(norm_all[r, v]), "dense")
         else:  # the FAISS top N seed, min-max-normalised over them
             scores, ids = dense_hits
             norm = _minmax_rows(scores) * cfg.passage_node_weight
             for r in range(b):
                 for v, w in zip(ids[r], norm[r]):
                     if v >= 0:
-                        seed(r, int(v), float(w))
+                        seeds[r].add(int(v), float(w), "dense")
         facts: list[list[tuple[tuple[str, str, str], float]]] = [[] for _ in range(b)]
         fallbacks: list[str | None] = [None] * b
         linked = [False] * b
@@ -298,39 +345,46 @@ class Retriever:
             for r in range(b):
                 facts[r] = [(self.facts[j], s) for j, s in chosen[r]]
                 for v, w in self._entity_seeds(chosen[r]).items():
-                    seed(r, v, w)
+                    seeds[r].add(v, w, "fact")
                     linked[r] = True
         if cfg.query_entity_weight > 0:
             for r, query in enumerate(queries):
                 for v in self.query_entities(query):
-                    seed(r, v, cfg.query_entity_weight / max(self.entity_passages[v], 1.0))
+                    seeds[r].add(v, cfg.query_entity_weight / max(self.entity_passages[v], 1.0), "query")
                     linked[r] = True
         for r in range(b):
             if not linked[r]:
                 why = fallbacks[r] + " and" if fallbacks[r] else "the query links to no entity node;"
                 fallbacks[r] = f"{why} dense seeds only"
-            if not seeds[r]:  # all dense scores equal and no entity: seed uniformly over passages
-                seeds[r] = dict.fromkeys(range(self.n_passages), 1.0)
+            if not seeds[r].weights:  # all dense scores equal and no entity: seed uniformly over passages
+                for v in range(self.n_passages):
+                    seeds[r].add(v, 1.0, "uniform")
                 fallbacks[r] = "no usable seed; uniform over passages"
-        rows_i = [v for sd in seeds for v in sd]
-        cols_i = [r for r, sd in enumerate(seeds) for _ in sd]
-        vals = [w for sd in seeds for w in sd.values()]
-        reset = sp.csc_matrix((np.asarray(vals, dtype=np.float32), (rows_i, cols_i)), shape=(self.n_nodes, b))
         timings["seeds"] = _ms(t)
-        t = time.perf_counter()
-        if cfg.ppr_backend == "igraph":
-            g = self.data.graph
-            dense_reset = reset.toarray()
-            scores = np.stack([igraph_ppr(g, dense_reset[:, r], cfg.damping)[: self.n_passages] for r in range(b)],
-                              axis=1)
-        else:
-            scores = self.solver.solve(reset, rows=self._passage_rows, validate=False)  # P × b
-        timings["ppr"] = _ms(t)
-        t = time.perf_counter()
-        top = top_rows(scores.T, depth)
-        lists = [[(int(i), float(scores[i, r])) for i in top[r]] for r in range(b)]
-        timings["rank"] = _ms(t)
-        return lists, facts, fallbacks
+        return seeds, facts, fallbacks
+
+    def query_seeds(self, query: str, vector: np.ndarray | None = None
+                    ) -> tuple[Seeds, list[tuple[tuple[str, str, str], float]], str | None]:
+        """One query's graph seeds with their origins, its seed facts and any fallback, computed as a graph search
+        computes them (the same dense seeds, facts and named entities); ``vector`` (from :meth:`embed`) skips the
+        encoder."""
+        clean = self._check(query)
+        q = self.embedder.encode_queries([clean]) if vector is None else np.ascontiguousarray(vector, dtype=np.float32)
+        seed_n = min(max(self.cfg.dense_seed_passages, 0), self.n_passages)
+        hits = self.dense.search(q, seed_n) if seed_n else None
+        seeds, facts, fallbacks = self.graph_seeds(q, [clean], hits, origins=True)
+        return seeds[0], facts[0], fallbacks[0]
+
+    def ppr(self, reset: dict[int, float]) -> np.ndarray:
+        """PageRank mass of every vertex for one reset (vertex → weight), normalised to sum 1: what the graph
+        search ranks passages by, over the whole graph (an explanation reads the entities' mass too)."""
+        self._ensure_graph()
+        vec = np.zeros(self.n_nodes, dtype=np.float64)
+        for v, w in reset.items():
+            vec[v] += w
+        if self.cfg.ppr_backend == "igraph":
+            return igraph_ppr(self.data.graph, vec, self.cfg.damping)
+        return np.asarray(self.solver.solve(vec.astype(np.float32)), dtype=np.float64)
 
     def query_entities(self, query: str) -> list[int]:
         """Entity vertices the query names verbatim (:meth:`~graph_index.store.IndexData.entities_in`)."""

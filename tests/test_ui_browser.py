@@ -1,0 +1,181 @@
+"""The ``/ui`` page in a real headless browser (Selenium + Chromium) against a live server: the key is typed on the
+page, a wrong one is refused with a clear message, a question's trace streams in with its answer and citations, the
+three modes are searched side by side, and a graph result's evidence subgraph is drawn with its seeds, weights and
+paths. Saves docs/img/ui.png, the screenshot the quickstart shows.
+
+Skips, saying why, only where no browser can be started: selenium not installed, or no chromium/chromedriver."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from routerag.config import Settings
+from routerag.engine import Engine
+from routerag.retrieval import Retriever
+from server.app import create_app
+
+from .helpers.server_helpers import RoutingPolicy, live_server
+
+Q = "Where was Joran Veld born?"
+KEY = "ui-key"
+SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "img" / "ui.png"
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+DRIVERS = ("chromedriver",)
+
+
+def _found(names: tuple[str, ...], env: str) -> str | None:
+    given = os.environ.get(env)
+    if given:
+        return given if Path(given).exists() else None
+    return next((p for p in map(shutil.which, names) if p), None)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the `test` extra)")
+    from selenium.common.exceptions import WebDriverException
+
+    binary = _found(BROWSERS, "CHROME_BIN")
+    driver_path = _found(DRIVERS, "CHROMEDRIVER_PATH")
+    if binary is None or driver_path is None:
+        pytest.skip(f"no browser to drive: chromium {'found' if binary else 'not found'}, chromedriver "
+                    f"{'found' if driver_path else 'not found'} (Debian: apt-get install chromium chromium-driver; "
+                    "or set CHROME_BIN and CHROMEDRIVER_PATH)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,1000", "--force-device-scale-factor=1", "--lang=en-US"):
+        options.add_argument(arg)
+    try:
+        driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
+    except WebDriverException as exc:
+        pytest.skip(f"chromium could not be started: {exc.msg or exc}".splitlines()[0])
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def ui_url(index: Path, retriever: Retriever) -> Iterator[str]:
+    settings = Settings(server={"api_key": KEY})
+    engine = Engine(index, settings, generator=RoutingPolicy("[graph]"), retriever=retriever)
+    engine.warm_up()
+    with live_server(create_app(engine, settings)) as url:
+        yield url
+
+
+def _wait(driver: Any, condition: Any, timeout: float = 60) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(condition)
+
+
+def test_the_page_streams_an_answer_and_draws_its_evidence(browser: Any, ui_url: str, retriever: Retriever) -> None:
+    from selenium.webdriver.common.by import By
+
+    def find(css: str) -> Any:
+        return browser.find_element(By.CSS_SELECTOR, css)
+
+    def all_of(css: str) -> list[Any]:
+        return browser.find_elements(By.CSS_SELECTOR, css)
+
+    def use_key(key: str) -> None:
+        field = find("#api-key")
+        field.clear()
+        field.send_keys(key)
+        find("#key-save").click()
+
+    browser.get(f"{ui_url}/ui")
+    assert browser.title == "RouteRAG — see why"
+    expected = retriever.search([Q], mode="graph", k=3)[0].docs
+
+    # a wrong key: refused, and the page says so
+    use_key("not-the-key")
+    _wait(browser, lambda d: "401" in find("#status").text)
+    assert "refused the API key" in find("#status").text and "error" in find("#status").get_attribute("class")
+    find("#question").send_keys(Q)
+    find("#ask-button").click()
+    _wait(browser, lambda d: "401" in find("#status").text and not find("#ask-button").get_property("disabled"))
+    assert not all_of("#trace li") and find("#answer").get_property("hidden")
+
+    # the right key: the index list loads, the key is kept for this tab only
+    use_key(KEY)
+    _wait(browser, lambda d: "Key accepted" in find("#status").text)
+    assert [o.text for o in all_of("#index option")] == ["idx"]
+    assert browser.execute_script("return sessionStorage.getItem('routerag.apiKey')") == KEY
+    assert browser.execute_script("return localStorage.length") == 0
+
+    # ask: the streamed trace, then the answer with its citations
+    find("#ask-button").click()
+    _wait(browser, lambda d: find("#answer").is_displayed())
+    steps = [li.get_attribute("class") for li in all_of("#trace > li")]
+    assert steps == ["step step-think", "step step-search", "step step-information", "step step-think",
+                     "step step-answer"], steps
+    assert f"[graph] {Q}" in find("#trace .step-search").text
+    assert [li.find_element(By.CSS_SELECTOR, ".doc-title").text for li in all_of("#trace .step-information .doc")] \
+        == [d.title for d in expected]
+    assert find("#answer-text").text == expected[0].title
+    citations = all_of("#citations .citation")
+    assert citations and citations[0].get_attribute("data-id") == expected[0].id
+    assert "Tarsk" in citations[0].text and "1 search(es)" in find("#answer-meta").text
+
+    # search every mode side by side
+    find("#search-query").send_keys(Q)
+    find("#search-button").click()
+    for mode in ("passage", "graph", "hybrid"):
+        _wait(browser, lambda d, m=mode: len(all_of(f'.column[data-mode="{m}"] li.doc')) == 3)
+    graph_titles = [e.text for e in all_of('.column[data-mode="graph"] .doc-title')]
+    assert graph_titles == [d.title for d in expected]
+    assert not all_of('.column[data-mode="passage"] .why') and len(all_of('.column[data-mode="hybrid"] .why')) == 3
+
+    # the evidence subgraph of the graph search's third result (Tarsk: reached through the entity "tarsk")
+    all_of('.column[data-mode="graph"] .why')[2].click()
+    _wait(browser, lambda d: find("#explain-panel").is_displayed() and len(all_of("#graph .node")) > 0)
+    nodes = all_of("#graph .node")
+    assert 3 < len(nodes) <= 40
+    kinds = {n.get_attribute("data-kind") for n in nodes}
+    assert kinds == {"entity", "passage"}
+    tops = all_of("#graph .node.top")
+    assert len(tops) == 3 and all(n.get_attribute("data-kind") == "passage" for n in tops)
+    focus = find("#graph .node.focus")
+    assert focus.find_element(By.CSS_SELECTOR, ".node-label").text == "#3 Tarsk"
+    # the seeds, with their weights, in the drawing and beside it
+    seed_weights = [w.text for w in all_of("#graph .node.seed .seed-weight")]
+    assert seed_weights and all(w.startswith("seed ") and float(w.split()[1]) > 0 for w in seed_weights)
+    listed = [e.text for e in all_of("#seed-entities .seed-entity")]
+    assert any(t.startswith("joran veld ") and "fact, query" in t for t in listed), listed
+    assert "joran veld — born in → tarsk" in find("#seed-facts").text
+    # the strongest path to each top passage, drawn as highlighted edges
+    focused = find("#paths li.passage.focus")
+    assert focused.find_element(By.CSS_SELECTOR, ".doc-title").text == "Tarsk"
+    paths = focused.find_elements(By.CSS_SELECTOR, "li.path")
+    assert paths and paths[0].text.startswith("tarsk → Tarsk")
+    assert all_of("#graph .edge.on-path") and all_of("#graph .edge.relation")
+    assert "graph nodes drawn (limit 40)" in find("#explain-note").text
+    # node size follows PageRank mass: the heaviest drawn vertex is the largest
+    sizes = browser.execute_script("""
+        return [...document.querySelectorAll('#graph .node')].map(g => {
+          const shape = g.querySelector('circle, rect');
+          const r = shape.tagName === 'circle' ? +shape.getAttribute('r') : +shape.getAttribute('width') / 2;
+          return [Number(g.dataset.mass), r];
+        });""")
+    assert max(sizes)[1] == max(r for _, r in sizes)
+
+    # the screenshot for the docs: the whole page, beyond the window (Chromium's DevTools protocol)
+    width, height = browser.execute_script(
+        "return [document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+    shot = browser.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": width, "height": min(height, 3000), "scale": 1}})
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    SCREENSHOT.write_bytes(base64.b64decode(shot["data"]))
+    assert SCREENSHOT.stat().st_size > 10_000
