@@ -393,7 +393,7 @@ def test_serve_command_builds_settings_engine_and_uvicorn(runner, monkeypatch, i
     seen: dict[str, Any] = {}
     real_engine = routerag.engine.Engine
 
-    def engine(idx, settings):  # the real Engine, with the test policy and the module's retriever
+    def engine(idx, settings, shards=None):  # the real Engine, with the test policy and the module's retriever
         seen["settings"] = settings
         return real_engine(idx, settings, generator=RoutingPolicy(), retriever=retriever)
 

@@ -104,8 +104,8 @@ class FaissFactScorer:
     HippoRAG 2 min-max normalises a query's fact scores over *all* facts. The maximum is the best hit; the minimum is
     found by the same index, searched with the negated query (min_f q·f = −max_f (−q)·f), so no scan is needed.
     Both are approximate, as the top facts are; ``benchmarks/fact_index.py`` measures the recall of the exact top
-    facts and the end-to-end retrieval recall. The top facts are rescored exactly from the (memory-mapped) float32
-    rows, so the scores of the facts found are exact.
+    facts and the end-to-end retrieval recall. The facts found (the top ones and the lowest) are rescored exactly from
+    the (memory-mapped) float32 rows, so every score used is a true score of some fact.
     """
 
     def __init__(self, fact_emb: np.ndarray, kind: str, *, hnsw_m: int = 32, ef_search: int = 64,
@@ -136,7 +136,7 @@ class FaissFactScorer:
         q = np.ascontiguousarray(q, dtype=np.float32)
         width = max(4 * k, 32)  # candidates, rescored exactly below
         _, top = self.index.search(q, min(width, self.n))
-        neg, _ = self.index.search(-q, 1)
+        _, lowest = self.index.search(-q, 1)
         tops, scores, lo, hi = [], [], [], []
         for r in range(q.shape[0]):
             cand = top[r][top[r] >= 0]
@@ -145,5 +145,6 @@ class FaissFactScorer:
             tops.append(cand[order])
             scores.append(exact[order])
             hi.append(float(exact.max()))
-            lo.append(float(-neg[r][0]) if np.isfinite(neg[r][0]) else float(exact.min()))
+            # the negated query's best hit, rescored exactly (a PQ code's score is itself approximate)
+            lo.append(float(self.emb[lowest[r][0]] @ q[r]) if lowest[r][0] >= 0 else float(exact.min()))
         return FactMatches(np.stack(tops), np.stack(scores), np.asarray(lo), np.asarray(hi))
