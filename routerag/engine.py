@@ -7,12 +7,14 @@ pass their own generator or search backend.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .batching import MicroBatcher
-from .config import Settings
+from .config import EMBEDDED_ROUTER, Settings
 from .policy import LoopConfig, PolicyLoop, Trajectory
 from .policy.backends import make_generator, reader_model
 from .policy.card import resolve_policy
@@ -22,6 +24,8 @@ from .policy.types import Generator, SearchBackend
 from .retrieval import RetrievalResult, Retriever
 from .retrieval.shards import ShardedRetriever
 from .vocabulary import ASK_MODES, AskMode, Mode
+
+log = logging.getLogger(__name__)
 
 
 class Engine:
@@ -54,6 +58,15 @@ class Engine:
         self.search = search or LocalSearch(self.retriever, exclusive=exclusive)
         self.policy = resolve_policy(pol)
         """The loop settings, template and reader in effect: the user's, else the policy's card, else defaults."""
+        if (self.policy.reader == "base" and pol.reader is None and answer_generator is None
+                and pol.generator.model == EMBEDDED_ROUTER and pol.generator.adapter is None
+                and getattr(generator, "base_view", None) is None):
+            # the default settings name the embedded router, whose card reads with its base model; a generator
+            # handed in instead (a test double, a program's own) cannot switch an adapter off, so it answers itself.
+            # A card the user chose (an adapter, a model folder) still fails in reader_model, saying what to change.
+            log.warning("the embedded router's card reads with its base model, which the generator given (%s) "
+                        "cannot provide; its own answers stand (set policy.reader to choose)", generator.name)
+            self.policy = replace(self.policy, reader="policy")
         if answer_generator is None:
             answer_generator = reader_model(self.policy.reader, generator, pol.answer_generator)
         self.loop_config = LoopConfig.from_policy(pol, self.policy, answer_generator=answer_generator)

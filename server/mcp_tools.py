@@ -9,6 +9,7 @@ streamable HTTP. Bad arguments come back as tool errors that say what to change,
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -66,7 +67,11 @@ def create_mcp(engine: Engine, settings: Settings) -> MCPServer:
         if not question.strip():
             raise ToolError("question is empty")
         t0 = time.perf_counter()
-        traj = await engine.ask(question)
+        try:  # the REST server's deadline (server.request_timeout_s) holds here too
+            traj = await asyncio.wait_for(engine.ask(question), settings.server.request_timeout_s)
+        except (TimeoutError, asyncio.TimeoutError):
+            raise ToolError(f"the question did not finish within {settings.server.request_timeout_s:g} s "
+                            "(server.request_timeout_s)") from None
         return ask_response(traj.summary(), (time.perf_counter() - t0) * 1000)
 
     return srv

@@ -201,11 +201,12 @@ def test_engine_isolates_retrieval_from_an_in_process_generator(index, retriever
     from routerag.config import Settings
     from routerag.engine import Engine
 
-    on = Settings(policy={"isolate_retrieval": True})
+    # reader "policy": the shipped card's base-model reader needs an adapter, which the tiny model has not
+    on = Settings(policy={"isolate_retrieval": True, "reader": "policy"})
     eng = Engine(index, on, generator=tiny, retriever=retriever)
     try:
         assert eng.search.batcher.exclusive is not None and eng.search.batcher.exclusive is tiny.batcher.exclusive
     finally:
         tiny.batcher.exclusive = None  # the module-scoped generator is shared with other tests
-    off = Engine(index, Settings(), generator=tiny, retriever=retriever)
+    off = Engine(index, Settings(policy={"reader": "policy"}), generator=tiny, retriever=retriever)
     assert off.search.batcher.exclusive is None and tiny.batcher.exclusive is None
