@@ -61,12 +61,14 @@ class Engine:
         if (self.policy.reader == "base" and pol.reader is None and answer_generator is None
                 and pol.generator.model == EMBEDDED_ROUTER and pol.generator.adapter is None
                 and getattr(generator, "base_view", None) is None):
-            # the default settings name the embedded router, whose card reads with its base model; a generator
-            # handed in instead (a test double, a program's own) cannot switch an adapter off, so it answers itself.
-            # A card the user chose (an adapter, a model folder) still fails in reader_model, saying what to change.
+            # the default settings name the embedded router, whose card reads with its base model and trims the
+            # reply to a span; a generator handed in instead (a test double, a program's own) cannot switch an adapter
+            # off, so its own answers stand, untrimmed unless the user says otherwise. A card the user chose (an
+            # adapter, a model folder) still fails in reader_model, saying what to change.
             log.warning("the embedded router's card reads with its base model, which the generator given (%s) "
                         "cannot provide; its own answers stand (set policy.reader to choose)", generator.name)
-            self.policy = replace(self.policy, reader="policy")
+            self.policy = replace(self.policy, reader="policy",
+                                  short_answer=bool(pol.short_answer))
         if answer_generator is None:
             answer_generator = reader_model(self.policy.reader, generator, pol.answer_generator)
         self.loop_config = LoopConfig.from_policy(pol, self.policy, answer_generator=answer_generator)
