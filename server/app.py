@@ -66,11 +66,6 @@ _STATUS_TYPES = {400: "bad_request", 401: "authentication_error", 403: "forbidde
                  422: "validation_error", 503: "not_ready", 504: "timeout"}
 
 
-def ask_response(summary: Summary, total_ms: float) -> AskResponse:
-    """The wire form of a finished trajectory's summary."""
-    return AskResponse(**summary.to_json(), total_ms=round(total_ms, 3))
-
-
 def retrieve_response(results: list[RetrievalResult], mode: str, with_scores: bool) -> RetrieveResponse:
     """Search-R1's ``result`` (documents with its ``contents`` field) plus per-query compute time."""
     rows: list[list[Any]] = []
@@ -355,7 +350,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
                 yield ServerSentEvent(data=json.dumps(body), event="error")
                 ended["yes"] = True
                 return
-            payload = ask_response(summary, (time.perf_counter() - t0) * 1000)
+            payload = AskResponse.from_summary(summary, (time.perf_counter() - t0) * 1000)
             yield ServerSentEvent(data=payload.model_dump_json(), event="done")
             ended["yes"] = True
         finally:
@@ -403,7 +398,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
             slot.release()
             return client_left()
         # serialised once here: FastAPI would validate the model again against response_model before dumping it
-        return Response(ask_response(summary, (time.perf_counter() - t0) * 1000).model_dump_json(),
+        return Response(AskResponse.from_summary(summary, (time.perf_counter() - t0) * 1000).model_dump_json(),
                         media_type="application/json")
 
     def client_left() -> Response:

@@ -64,7 +64,7 @@ def chat_routes(*, pick: Callable[..., tuple[str, Any]], readable: Callable[[Req
     router = APIRouter()
 
     def completion_body(summary: Summary, model: str, cid: str, total_ms: float) -> ChatCompletion:
-        ask = AskResponse(**summary.to_json(), total_ms=round(total_ms, 3))
+        ask = AskResponse.from_summary(summary, total_ms)
         usage = ChatUsage(prompt_tokens=ask.tokens.prompt, completion_tokens=ask.tokens.completion,
                           total_tokens=ask.tokens.prompt + ask.tokens.completion)
         return ChatCompletion(id=cid, created=int(time.time()), model=model, usage=usage, routerag=ask,

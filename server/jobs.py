@@ -199,18 +199,17 @@ class JobRunner:
         folder = jobs_dir(target.path)
         if job.op == "add":
             upload = next(folder.glob(f"{job.id}.upload.*"))
-            known = [p.hash for p in target.passages()]
             try:
-                fresh, report = load_corpus([upload], known_hashes=known, **self.settings.corpus.model_dump())
+                manifest = add_to_index(target.path, [upload], self.settings,
+                                        components=self.components.get(job.index), progress=False)
             except CorpusError as exc:
-                if exc.kind != "empty":
+                if exc.kind != "empty":  # (an empty upload was refused at submission: empty = all already indexed)
                     raise CorpusError(str(exc).replace(str(upload), "body"), exc.kind) from None
                 return {"added": 0, "duplicates": job.counts.get("uploaded", 0),
                         "passages": len(target.passages())}
-            add_to_index(target.path, [upload], self.settings, components=self.components.get(job.index),
-                         progress=False)
             target.reload()
-            return {"added": len(fresh), "duplicates": report.duplicates, "passages": len(target.passages())}
+            return {"added": manifest["history"][-1]["added"], "duplicates": manifest["corpus"]["duplicates"],
+                    "passages": manifest["counts"]["passages"]}
         ids = json.loads((folder / f"{job.id}.ids.json").read_text())
         present = sorted(set(ids) & {p.id for p in target.passages()})  # a resumed job: what is still there
         if present:

@@ -22,7 +22,6 @@ from routerag.engine import Engine
 from routerag.retrieval import QueryError
 from routerag.vocabulary import Mode
 
-from .app import ask_response
 from .protocol import AskResponse
 
 INSTRUCTIONS = ("RouteRAG over one document index. `search` returns the passages a dense (passage), knowledge-graph "
@@ -72,7 +71,7 @@ def create_mcp(engine: Engine, settings: Settings) -> MCPServer:
         except (TimeoutError, asyncio.TimeoutError):
             raise ToolError(f"the question did not finish within {settings.server.request_timeout_s:g} s "
                             "(server.request_timeout_s)") from None
-        return ask_response(traj.summary(), (time.perf_counter() - t0) * 1000)
+        return AskResponse.from_summary(traj.summary(), (time.perf_counter() - t0) * 1000)
 
     return srv
 

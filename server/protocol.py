@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from routerag.config import ServerConfig
+from routerag.policy.types import Summary
 from routerag.vocabulary import AskMode, Finish, Mode
 
 
@@ -102,6 +103,11 @@ class AskResponse(BaseModel):
     citations: list[CitationOut] = Field(default_factory=list, description=(
         "The retrieved passages that state the answer, each with its first sentence that does (the answer, "
         "normalised as for EM, as a whole-token span of the sentence); empty when no retrieved passage states it."))
+
+    @classmethod
+    def from_summary(cls, summary: Summary, total_ms: float) -> AskResponse:
+        """The wire form of a finished trajectory's summary (``/ask``, the chat endpoint's ``routerag`` field, MCP)."""
+        return cls(**summary.to_json(), total_ms=round(total_ms, 3))
 
 
 # -- /retrieve --------------------------------------------------------------------------------------------------------
