@@ -1,8 +1,11 @@
-"""The REST server: ``create_app(engine, settings)`` builds a FastAPI app around one :class:`~routerag.engine.Engine`.
+"""The REST server: ``create_app(engines, settings)`` builds a FastAPI app around one
+:class:`~routerag.engine.Engine` or several, by index name.
 
 Routes: ``POST /ask`` (JSON, or Server-Sent Events with ``stream: true``), ``POST /retrieve`` (Search-R1's retriever
-protocol plus ``mode``), ``GET /health`` (liveness), ``GET /ready`` (engine loaded), ``GET /metrics`` (Prometheus),
-and the OpenAPI docs at ``/docs``, ``/redoc`` and ``/openapi.json``.
+protocol plus ``mode``), ``POST /documents`` / ``DELETE /documents/{id}`` / ``GET /jobs/{id}`` (ingestion,
+:mod:`server.jobs`), ``/v1/chat/completions`` and ``/v1/models`` (:mod:`server.chat`), ``POST /explain`` and the
+``/ui`` page (:mod:`server.ui`), ``GET /indexes``, ``GET /health`` (liveness), ``GET /ready`` (engines loaded),
+``GET /metrics`` (Prometheus), and the OpenAPI docs at ``/docs``, ``/redoc`` and ``/openapi.json``.
 
 The app is built by a factory and keeps its state (engine, settings, metrics registry) on itself: no module
 globals, so tests and benchmarks can run several apps in one process. Requests run concurrently on the event loop;
@@ -10,8 +13,9 @@ generation and retrieval are micro-batched inside the engine's backends, so ther
 model calls here. Every error, from the guards or the routes, is ``{"error": {"type", "message"}}``; a 500 is only
 ever a genuine internal error.
 
-Auth (``server.api_key``): every route needs ``Authorization: Bearer <key>`` except ``/health`` and the docs
-(``/docs``, ``/redoc``, ``/openapi.json``), which stay public so clients can discover the API.
+Auth (``server.api_key``, ``server.admin_key``, ``server.index_keys``; :func:`server.security.key_ring`): every
+route needs ``Authorization: Bearer <key>`` except ``/health``, the docs (``/docs``, ``/redoc``, ``/openapi.json``)
+and the ``/ui`` page's static files, which stay public; the routes check the key's access per index.
 
 Load (``server.max_inflight`` and friends): ``/ask`` and ``/retrieve`` each pass an admission gate
 (:mod:`server.admission`) that bounds the requests running and waiting; beyond it, or when a queued request could not
@@ -148,7 +152,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
     metrics = ServerMetrics()
     backend_errors = _backend_errors()
     ring = key_ring(cfg, served)
-    api_key = "on" if ring else ""
+    keyed = bool(ring)
     gates = {"/ask": Gate("/ask", ask_limits(settings, getattr(engine, "generator", None)), metrics),
              "/retrieve": Gate("/retrieve", retrieve_limits(settings), metrics)}
     for route, gate in gates.items():
@@ -179,7 +183,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
                     "with a chosen mode (Search-R1's /retrieve protocol); add and delete documents while serving; "
                     "several indexes in one server; an OpenAI-compatible chat endpoint."
                     + (" Every route except /health and the docs needs `Authorization: Bearer <key>`."
-                       if api_key else ""))
+                       if keyed else ""))
     app.state.engine = engine
     app.state.engines = served
     app.state.settings = settings
@@ -201,7 +205,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
                                           "schema": {"type": "integer", "minimum": 1}}}},
         504: {"model": ErrorResponse, "description": f"Not finished within {timeout_s:g} s of its arrival."},
     }
-    if api_key:
+    if keyed:
         errors[401] = {"model": ErrorResponse, "description": "Missing or wrong API key."}
         errors[403] = {"model": ErrorResponse, "description": "The key may not use (or change) this index."}
     errors[404] = {"model": ErrorResponse, "description": "No such index (or job, or document)."}
@@ -458,7 +462,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     @app.get("/ready", response_model=StatusResponse, responses={
         503: {"model": ErrorResponse, "description": "An engine is not loaded."},
-        **({401: errors[401]} if api_key else {})})
+        **({401: errors[401]} if keyed else {})})
     async def ready() -> StatusResponse:
         """Readiness: every served index and the policy are loaded."""
         waiting = [n for n, e in served.items() if not e.ready]
@@ -466,7 +470,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
             raise APIError(503, "not_ready", f"not loaded yet: {', '.join(waiting)}")
         return StatusResponse(status="ready")
 
-    @app.get("/indexes", response_model=IndexList, responses={**({401: errors[401]} if api_key else {})})
+    @app.get("/indexes", response_model=IndexList, responses={**({401: errors[401]} if keyed else {})})
     async def indexes(request: Request) -> IndexList:
         """The indexes this key may use: passages, served version, memory and pending ingestion jobs."""
         return IndexList(indexes=[index_info(n) for n in readable(request)])
@@ -474,7 +478,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
     @app.get("/metrics", response_class=Response, responses={
         200: {"content": {"text/plain": {"schema": {"type": "string"}}},
               "description": "Prometheus text exposition format."},
-        **({401: errors[401]} if api_key else {})})
+        **({401: errors[401]} if keyed else {})})
     async def prometheus_metrics() -> Response:
         """Prometheus metrics: requests by route and status, latency histograms, searches per mode and index,
         finishes, per-index passages and memory, ingestion jobs."""
@@ -542,7 +546,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
         name, _ = pick(request, req.index, write=True, route="/documents/delete")
         return await accept(jobs.submit_delete(name, list(req.ids)))
 
-    @app.get("/jobs/{job_id}", response_model=Job, responses={**({401: errors[401]} if api_key else {}),
+    @app.get("/jobs/{job_id}", response_model=Job, responses={**({401: errors[401]} if keyed else {}),
                                                                404: errors[404]})
     async def job_status(job_id: str, request: Request) -> Job:
         """An ingestion job: its state (queued, running, done, failed), counts, and the error that failed it."""
@@ -551,7 +555,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
             raise APIError(404, "not_found", f"no job {job_id!r}")
         return job
 
-    @app.get("/jobs", response_model=list[Job], responses={**({401: errors[401]} if api_key else {})})
+    @app.get("/jobs", response_model=list[Job], responses={**({401: errors[401]} if keyed else {})})
     async def job_list(request: Request, index: str | None = None) -> list[Job]:
         """The ingestion jobs of the indexes this key may read (or of one), newest first, at most 100."""
         access = access_of(request)

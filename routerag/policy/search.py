@@ -9,7 +9,7 @@ import httpx
 
 from ..batching import MicroBatcher
 from ..retrieval import QueryError, RetrievalResult, Retriever
-from ..retrieval.shards import ShardedRetriever, parse_document
+from ..retrieval.shards import ShardedRetriever, parse_document, retrieve_url
 from ..vocabulary import Mode
 
 
@@ -58,9 +58,7 @@ class HTTPSearch:
     """A remote ``POST /retrieve`` (our server, Search-R1's or RouteRAG's format of documents)."""
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        if not self.url.endswith("/retrieve"):
-            self.url += "/retrieve"
+        self.url = retrieve_url(url)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.AsyncClient(timeout=timeout_s, headers=headers)
 

@@ -48,6 +48,12 @@ class ShardReport:
         return {"url": self.url, "ok": self.ok, "ms": self.ms, "error": self.error}
 
 
+def retrieve_url(url: str) -> str:
+    """A server's base URL or its ``/retrieve`` URL, as the ``/retrieve`` URL."""
+    url = url.rstrip("/")
+    return url if url.endswith("/retrieve") else url + "/retrieve"
+
+
 def parse_document(item: Any) -> RetrievedDoc:
     """A ``/retrieve`` result entry: ``{"document": {...}, "score"}`` or a bare document; the document a dict
     (``id``/``title``/``text``, or Search-R1's ``contents`` = title line + text) or RouteRAG's ``"title\\ntext"``."""
@@ -97,8 +103,7 @@ class ShardedRetriever:
                  rrf_k: int = 60) -> None:
         if not urls:
             raise ValueError("sharded retrieval needs at least one shard URL")
-        self.urls = [u.rstrip("/") if u.rstrip("/").endswith("/retrieve") else u.rstrip("/") + "/retrieve"
-                     for u in urls]
+        self.urls = [retrieve_url(u) for u in urls]
         self.timeout_s = timeout_s
         self.rrf_k = rrf_k
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
