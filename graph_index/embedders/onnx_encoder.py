@@ -125,6 +125,9 @@ class OnnxEmbedder(Embedder):
         opts.intra_op_num_threads = threads or _torch_threads()
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
+        # no spin-waiting after a run: the idle pool would otherwise hold both cores while the retrieval that
+        # follows (torch's fact scan, the PageRank) needs them (it made the fact match 15x slower)
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         max_len = int(json.loads((folder / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)) \
             if (folder / "sentence_bert_config.json").is_file() else 256
