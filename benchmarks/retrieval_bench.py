@@ -1,11 +1,18 @@
 """Retrieval quality and speed per mode on a built index.
 
     python benchmarks/retrieval_bench.py INDEX_DIR QUESTIONS.json [--modes passage,graph,hybrid]
-        [--latency 200] [--reference 100] [--out results.json]
+        [--latency 200] [--reference 100] [--variant today:query_encoder=torch] [--push-eps 1e-6,1e-7]
+        [--out results.json]
 
 Quality: recall@2/5/10 of the gold supporting passages, and answer-recall@5 (a top-5 passage contains a gold
-answer alias). Speed: single-query latency (p50/p95, query embedding included) and batched throughput, and the
-same pipeline with igraph's prpack called once per query (HippoRAG 2's way) as the reference.
+answer alias). Speed: single-query latency (p50/p95, query embedding included) and batched throughput, each with
+its stage breakdown (median ms per single query; ms per query in a batch), and the same pipeline with igraph's
+prpack called once per query (HippoRAG 2's way) as the reference.
+
+``--variant NAME:FIELD=VALUE[;FIELD=VALUE]`` runs the same measurements, in the same process and run, for another
+configuration (e.g. today's path: ``query_encoder=torch``), with its top-10 agreement against the main one.
+``--push-eps`` measures forward-push PageRank (``routerag/retrieval/push.py``) against the Chebyshev solver on the
+latency queries' own seeds: latency and top-10 agreement per residual threshold.
 """
 
 from __future__ import annotations
@@ -66,10 +73,13 @@ def speed(retriever: Retriever, questions: list[str], mode: str, n_latency: int,
 
         run(0, 8)  # warm-up
         lat = []
+        single_stages: dict[str, list[float]] = {}
         for i in range(min(n_latency, len(questions))):
             t = time.perf_counter()
-            run(i, i + 1)
+            one = run(i, i + 1)
             lat.append((time.perf_counter() - t) * 1000)
+            for name, ms in one[0].timings_ms.items():
+                single_stages.setdefault(name, []).append(ms)
         runs = []
         for _ in range(BATCH_REPEATS):
             t = time.perf_counter()
@@ -84,7 +94,62 @@ def speed(retriever: Retriever, questions: list[str], mode: str, n_latency: int,
                       "p95_ms": round(float(np.percentile(lat, 95)), 2),
                       "batched_qps": round(len(questions) / elapsed, 1),
                       "batched_qps_runs": [round(len(questions) / x, 1) for x in runs],
+                      "single_median_ms_by_stage": {k: round(float(np.median(v)), 3)
+                                                    for k, v in single_stages.items()},
                       "batched_ms_per_query_by_stage": {k: round(v / len(res), 3) for k, v in stages.items()}}
+    return out
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    """``field=value`` strings as RetrievalConfig fields (numbers, booleans and JSON parsed; the rest strings)."""
+    out: dict = {}
+    for kv in pairs:
+        k, v = kv.split("=", 1)
+        if v in ("true", "false"):
+            out[k] = v == "true"
+        else:
+            out[k] = json.loads(v) if v[:1] in "0123456789-[{" else v
+    return out
+
+
+def push_comparison(retriever: Retriever, questions: list[str], eps_list: list[float]) -> dict:
+    """Forward push against the Chebyshev solver, one query at a time on each query's own hybrid seeds: median
+    latency of each and the share of identical passage top-10 lists (scores normalised alike)."""
+    import scipy.sparse as sp
+
+    from routerag.retrieval.facts import top_rows
+    from routerag.retrieval.push import PushPPR
+
+    r = retriever
+    r._ensure_graph()
+    clean = [r._check(q) for q in questions]
+    vec = r.embed(clean)
+    hits = r.dense.search(vec, r.cfg.dense_seed_passages) if r.cfg.dense_seed_passages else None
+    seeds, _, _ = r.graph_seeds(vec, clean, hits)
+    rows = r._passage_rows
+    ref, cheb_ms = [], []
+    for sd in seeds:
+        reset = sp.csc_matrix((np.fromiter(sd.weights.values(), np.float32),
+                               (np.fromiter(sd.weights.keys(), np.int64), np.zeros(len(sd.weights), np.int64))),
+                              shape=(r.n_nodes, 1))
+        t = time.perf_counter()
+        ref.append(r.solver.solve(reset, rows=rows, validate=False)[:, 0])
+        cheb_ms.append((time.perf_counter() - t) * 1000)
+    ref_top = top_rows(np.stack(ref), 10)
+    out: dict = {"queries": len(seeds), "chebyshev_p50_ms": round(float(np.median(cheb_ms)), 3), "push": {}}
+    for eps in eps_list:
+        push = PushPPR.from_igraph(r.data.graph, damping=r.cfg.damping, eps=eps)
+        got, ms = [], []
+        for sd in seeds:
+            t = time.perf_counter()
+            res = push.solve(np.fromiter(sd.weights.keys(), np.int64), np.fromiter(sd.weights.values(), float))
+            ms.append((time.perf_counter() - t) * 1000)
+            got.append(np.zeros(len(rows)) if res is None else res[0][rows] / res[1])
+        got_a = np.stack(got).astype(np.float32)
+        out["push"][f"{eps:g}"] = {
+            "p50_ms": round(float(np.median(ms)), 3), "p95_ms": round(float(np.percentile(ms, 95)), 3),
+            "top10_identical_to_chebyshev": round(float(np.mean((top_rows(got_a, 10) == ref_top).all(axis=1))), 4),
+            "max_abs_error": float(np.abs(got_a - np.stack(ref)).max())}
     return out
 
 
@@ -98,15 +163,12 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--set", action="append", default=[], help="RetrievalConfig field=value (repeatable)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME:FIELD=VALUE[;FIELD=VALUE]: also measure this configuration (repeatable)")
+    ap.add_argument("--push-eps", default="", help="comma-separated residual thresholds for forward-push PPR")
     args = ap.parse_args()
     configure_threads()
-    overrides = {}
-    for kv in args.set:
-        k, v = kv.split("=", 1)
-        overrides[k] = json.loads(v) if v[:1] in "0123456789-[{tf" and v not in ("true", "false") else v
-        if v in ("true", "false"):
-            overrides[k] = v == "true"
-    cfg = RetrievalConfig(**overrides)
+    cfg = RetrievalConfig(**parse_overrides(args.set))
     items = load_questions(args.questions, limit=args.limit)
     t = time.perf_counter()
     retriever = Retriever(args.index, cfg)
@@ -123,6 +185,34 @@ def main() -> None:
             entry |= speed(retriever, questions, mode, args.latency, vectors)
         report["modes"][mode] = entry
         print(mode, json.dumps(entry), flush=True)
+    if args.variant:
+        report["variants"] = {}
+    for spec in args.variant:
+        name, _, fields = spec.partition(":")
+        vcfg = cfg.model_copy(update=parse_overrides([f for f in fields.split(";") if f]))
+        other = Retriever(retriever.data, RetrievalConfig(**vcfg.model_dump()))
+        other.search([items[0].question], mode="graph", k=1)
+        vvec = other.embed(questions) if args.latency else None
+        ventry: dict = {"config": {k: v for k, v in vcfg.model_dump(mode="json").items()
+                                   if v != report["config"].get(k)}, "modes": {}}
+        if vvec is not None and vectors is not None:
+            ventry["query_vector_min_cosine_vs_main"] = round(float((vvec * vectors).sum(axis=1).min()), 7)
+        for mode in args.modes.split(","):
+            entry = quality(other, items, mode)
+            a = retriever.search(questions, mode=mode, k=10)
+            b = other.search(questions, mode=mode, k=10)
+            entry["top10_identical_to_main"] = round(float(np.mean(
+                [[d.id for d in x.docs] == [d.id for d in y.docs] for x, y in zip(a, b)])), 4)
+            if args.latency:
+                entry |= speed(other, questions, mode, args.latency, vvec)
+            ventry["modes"][mode] = entry
+            print(f"variant {name} {mode}", json.dumps(entry), flush=True)
+        report["variants"][name] = ventry
+        del other
+    if args.push_eps:
+        report["push_ppr"] = push_comparison(retriever, questions[: max(args.latency, 50)],
+                                             [float(e) for e in args.push_eps.split(",")])
+        print("push", json.dumps(report["push_ppr"]), flush=True)
     if args.reference:
         # the straightforward way: one query at a time, igraph's prpack for the PageRank (HippoRAG 2)
         ref = Retriever(retriever.data, cfg.model_copy(update={"ppr_backend": "igraph"}), embedder=retriever.embedder)
@@ -138,6 +228,10 @@ def main() -> None:
         if "end_to_end" in hybrid:
             report["igraph_reference"]["speedup_batched_vs_reference"] = round(
                 hybrid["end_to_end"]["batched_qps"] / ref_qps, 1)
+        for name, v in report.get("variants", {}).items():
+            e2e = v["modes"].get("hybrid", {}).get("end_to_end")
+            if e2e:
+                report["igraph_reference"][f"speedup_batched_vs_reference_{name}"] = round(e2e["batched_qps"] / ref_qps, 1)
         print("reference", json.dumps(report["igraph_reference"]), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")

@@ -4,14 +4,23 @@ OpenAI-compatible endpoint. :func:`make_embedder` turns an :class:`~graph_index.
 from __future__ import annotations
 
 import hashlib
+import logging
+from pathlib import Path
+from typing import Literal
 
-from ..config import EMBEDDED_EMBEDDER, EmbedderConfig
+from ..config import EMBEDDED_EMBEDDER, EmbedderConfig, default_cache_dir
 from .base import Embedder, normalize_rows
 from .cached import CachedEmbedder
 
 __all__ = ["Embedder", "CachedEmbedder", "make_embedder", "normalize_rows", "embedder_identity"]
 
 _LOADED: dict[str, Embedder] = {}
+log = logging.getLogger(__name__)
+
+Runtime = Literal["auto", "onnx", "torch"]
+"""How a local sentence-transformers model runs: ``torch`` (eager, as sentence-transformers runs it), ``onnx``
+(exported once, run by ONNX Runtime; several times faster for a short query on a CPU) or ``auto`` (ONNX where the
+runtime is installed, the model can be exported and no GPU is in use; torch otherwise, with a log line why)."""
 
 
 def embedder_identity(cfg: EmbedderConfig) -> str:
@@ -26,11 +35,13 @@ def embedder_identity(cfg: EmbedderConfig) -> str:
     return f"st:{p.resolve().name}" if p.exists() else f"st:{cfg.name}"
 
 
-def make_embedder(cfg: EmbedderConfig, *, reuse: bool = True) -> Embedder:
-    """Build (or reuse, per process) the embedder ``cfg`` names."""
+def make_embedder(cfg: EmbedderConfig, *, reuse: bool = True, runtime: Runtime = "torch",
+                  cache_dir: Path | None = None) -> Embedder:
+    """Build (or reuse, per process) the embedder ``cfg`` names; ``runtime`` picks how a local model runs (an
+    ``openai:`` embedder ignores it). ``cache_dir`` holds the ONNX export (default: the build cache directory)."""
     api_key = cfg.endpoint.key() if cfg.name.startswith("openai:") else None
     # the dump masks secrets: the key's fingerprint tells apart embedders that differ only in their key
-    key = cfg.model_dump_json() + (hashlib.sha256(api_key.encode()).hexdigest() if api_key else "")
+    key = cfg.model_dump_json() + (hashlib.sha256(api_key.encode()).hexdigest() if api_key else "") + runtime
     if reuse and key in _LOADED:
         return _LOADED[key]
     emb: Embedder
@@ -43,8 +54,45 @@ def make_embedder(cfg: EmbedderConfig, *, reuse: bool = True) -> Embedder:
         from .sentence_transformers import SentenceTransformerEmbedder, embedded_minilm_path
 
         source = embedded_minilm_path() if cfg.name == EMBEDDED_EMBEDDER else cfg.name
-        emb = SentenceTransformerEmbedder(source, identity=embedder_identity(cfg), batch_size=cfg.batch_size,
+        fast = _onnx_embedder(cfg, source, runtime, cache_dir) if runtime != "torch" else None
+        emb = fast or SentenceTransformerEmbedder(source, identity=embedder_identity(cfg), batch_size=cfg.batch_size,
                                           device=cfg.device, query_instruction=cfg.query_instruction)
     if reuse:
         _LOADED[key] = emb
     return emb
+
+
+def _onnx_embedder(cfg: EmbedderConfig, source: str | Path, runtime: Runtime, cache_dir: Path | None
+                   ) -> Embedder | None:
+    """The ONNX Runtime embedder, or None (``auto``) where it cannot be used; ``onnx`` raises instead."""
+    from .onnx_encoder import OnnxEmbedder, onnx_available
+
+    why = None
+    folder = Path(source).expanduser()
+    if not onnx_available():
+        why = "onnxruntime is not installed (pip install onnxruntime)"
+    elif not folder.is_dir():
+        why = f"{source} is not a local folder"
+    elif (cfg.device or "").startswith("cuda") or (cfg.device is None and _cuda()):
+        why = "a GPU is in use"
+    if why is None:
+        try:
+            return OnnxEmbedder(folder, identity=embedder_identity(cfg), cache_dir=cache_dir or default_cache_dir(),
+                                batch_size=cfg.batch_size, query_instruction=cfg.query_instruction)
+        except Exception as exc:  # noqa: BLE001 - any export or load failure falls back to torch under auto
+            if runtime == "onnx":
+                raise
+            why = f"the ONNX export failed ({type(exc).__name__}: {exc})"
+    if runtime == "onnx":
+        raise RuntimeError(f"the ONNX query encoder was asked for, but {why}")
+    log.info("query encoder: eager torch, not ONNX Runtime: %s", why)
+    return None
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False

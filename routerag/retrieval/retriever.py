@@ -101,7 +101,7 @@ class Retriever:
         self.data = index if isinstance(index, IndexData) else IndexData(Path(index))
         self.cfg = cfg or RetrievalConfig()
         m = self.data.manifest
-        self.embedder = embedder or make_embedder(self.data.config.embedder)
+        self.embedder = embedder or make_embedder(self.data.config.embedder, runtime=self.cfg.query_encoder)
         if self.embedder.identity != m["embedder"]["identity"]:
             raise ValueError(f"index {self.data.path} was embedded with {m['embedder']['identity']}, "
                              f"not {self.embedder.identity}")

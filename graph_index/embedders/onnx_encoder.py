@@ -1,0 +1,164 @@
+"""The MiniLM (any BERT-style mean-pooling sentence-transformers folder) run by ONNX Runtime instead of eager torch.
+
+Why: one short query through eager torch costs 15-20 ms on two cores, almost all of it Python and dispatch
+overhead around a 6-layer encoder; ONNX Runtime runs the same graph (fused attention and layer norm) in a few ms,
+which is most of an end-to-end hybrid search's budget.
+
+The graph is exported once from the local folder with ``torch.onnx`` (no hub access) and cached on disk under the
+cache directory, keyed by the model weights' hash, so every later process only loads it. The write is atomic (a
+temporary file renamed into place), so concurrent first users never read a half-written model. The tokenizer is the
+folder's own ``tokenizer.json`` through the ``tokenizers`` library, truncated to the model's ``max_seq_length``, as
+sentence-transformers does. Mean pooling is part of the exported graph; rows come back unnormalised, as the torch
+embedder's do (:meth:`Embedder.encode` normalises).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .base import Embedder
+
+log = logging.getLogger(__name__)
+
+EXPORT_VERSION = 1
+"""Bumped when the exported graph changes, so stale cached exports are not reused."""
+
+
+def onnx_available() -> bool:
+    """Whether ONNX Runtime is importable (the fast query encoder's only extra dependency)."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _weights_digest(folder: Path) -> str:
+    h = hashlib.sha256(f"v{EXPORT_VERSION}".encode())
+    for name in ("model.safetensors", "pytorch_model.bin", "config.json", "1_Pooling/config.json"):
+        p = folder / name
+        if p.is_file():
+            h.update(name.encode())
+            with p.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+    return h.hexdigest()[:16]
+
+
+def _check_supported(folder: Path) -> None:
+    pooling = folder / "1_Pooling" / "config.json"
+    if not pooling.is_file() or not json.loads(pooling.read_text()).get("pooling_mode_mean_tokens"):
+        raise ValueError(f"{folder}: only mean-pooling sentence-transformers folders are exported to ONNX")
+    if not (folder / "tokenizer.json").is_file():
+        raise ValueError(f"{folder}: no tokenizer.json")
+
+
+def export_onnx(folder: Path, target: Path) -> Path:
+    """Export the folder's transformer with mean pooling to ``target`` (atomically: temp file, then rename)."""
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(str(folder)).eval()
+
+    class MeanPooled(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            hidden = self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=torch.zeros_like(input_ids)).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+    ids = torch.ones((2, 8), dtype=torch.int64)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():  # the tracer's notes on the mask arithmetic: harmless here
+            warnings.simplefilter("ignore")
+            torch.onnx.export(MeanPooled(model), (ids, torch.ones_like(ids)), tmp, dynamo=False,
+                              input_names=["input_ids", "attention_mask"], output_names=["embedding"],
+                              dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
+                                            "attention_mask": {0: "batch", 1: "seq"}, "embedding": {0: "batch"}},
+                              opset_version=17)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def cached_export(folder: Path, cache_dir: Path) -> Path:
+    """The ONNX export of ``folder`` under ``cache_dir``, exported on first use."""
+    folder = folder.resolve()
+    _check_supported(folder)
+    target = cache_dir / "onnx" / f"{folder.name}-{_weights_digest(folder)}.onnx"
+    if not target.is_file():
+        log.info("exporting %s to ONNX at %s (once)", folder, target)
+        export_onnx(folder, target)
+    return target
+
+
+class OnnxEmbedder(Embedder):
+    """A local mean-pooling sentence-transformers folder run by ONNX Runtime (vectors match the torch embedder's to
+    float32 rounding; ``tests/test_onnx_encoder.py`` checks cosine > 0.9999)."""
+
+    def __init__(self, folder: str | Path, *, identity: str, cache_dir: Path, batch_size: int = 64,
+                 query_instruction: str = "", threads: int | None = None) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        folder = Path(folder).expanduser().resolve()
+        path = cached_export(folder, cache_dir)
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = threads or _torch_threads()
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        # no spin-waiting after a run: the idle pool would otherwise hold both cores while the retrieval that
+        # follows (torch's fact scan, the PageRank) needs them (it made the fact match 15x slower)
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        max_len = int(json.loads((folder / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)) \
+            if (folder / "sentence_bert_config.json").is_file() else 256
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_len)
+        self.tokenizer.no_padding()
+        self.identity = identity
+        self.batch_size = batch_size
+        self.query_instruction = query_instruction
+        self.path = path
+        self._dim = int(json.loads((folder / "config.json").read_text())["hidden_size"])
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        enc = self.tokenizer.encode_batch(texts)
+        width = max(len(e.ids) for e in enc)
+        ids = np.zeros((len(enc), width), dtype=np.int64)
+        mask = np.zeros((len(enc), width), dtype=np.int64)
+        for r, e in enumerate(enc):
+            ids[r, : len(e.ids)] = e.ids
+            mask[r, : len(e.ids)] = 1
+        return self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+
+
+def _torch_threads() -> int:
+    try:
+        import torch
+
+        return max(1, torch.get_num_threads())
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return max(1, os.cpu_count() or 1)

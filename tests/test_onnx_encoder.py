@@ -1,0 +1,69 @@
+"""The ONNX Runtime query encoder gives the torch embedder's vectors, and a missing runtime falls back to torch."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from graph_index.config import EmbedderConfig
+from graph_index.embedders import make_embedder
+from graph_index.embedders import onnx_encoder
+
+pytest.importorskip("onnxruntime")
+
+TEXTS = ["Who wrote The Old Man and the Sea?", "What is the capital of Burkina Faso?", "a",
+         "In what country is the birthplace of the director of the film Bad Timing, and what year was it released? " * 6]
+
+
+@pytest.fixture(scope="module")
+def onnx_minilm(tmp_path_factory):
+    return make_embedder(EmbedderConfig(), reuse=False, runtime="onnx", cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+def test_onnx_vectors_match_torch(minilm, onnx_minilm) -> None:
+    assert isinstance(onnx_minilm, onnx_encoder.OnnxEmbedder)
+    assert onnx_minilm.identity == minilm.identity
+    a = minilm.encode_queries(TEXTS)
+    b = onnx_minilm.encode_queries(TEXTS)
+    assert b.shape == a.shape and b.dtype == np.float32
+    assert float((a * b).sum(axis=1).min()) > 0.9999
+    # one at a time (no padding) equals the batch (padded): the mask is honoured
+    single = np.vstack([onnx_minilm.encode_queries([t]) for t in TEXTS])
+    np.testing.assert_allclose(single, b, atol=1e-5)
+
+
+def test_export_is_cached(onnx_minilm) -> None:
+    path = onnx_minilm.path
+    mtime = path.stat().st_mtime_ns
+    again = onnx_encoder.cached_export(_folder(), path.parent.parent)
+    assert again == path and path.stat().st_mtime_ns == mtime
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_missing_runtime_falls_back(monkeypatch, caplog, tmp_path) -> None:
+    monkeypatch.setattr(onnx_encoder, "onnx_available", lambda: False)
+    with caplog.at_level(logging.INFO, logger="graph_index.embedders"):
+        emb = make_embedder(EmbedderConfig(), reuse=False, runtime="auto", cache_dir=tmp_path)
+    assert not isinstance(emb, onnx_encoder.OnnxEmbedder)
+    assert "onnxruntime is not installed" in caplog.text
+    with pytest.raises(RuntimeError, match="onnxruntime is not installed"):
+        make_embedder(EmbedderConfig(), reuse=False, runtime="onnx", cache_dir=tmp_path)
+
+
+def test_failed_export_falls_back(monkeypatch, caplog, tmp_path) -> None:
+    def broken(folder, target):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(onnx_encoder, "export_onnx", broken)
+    with caplog.at_level(logging.INFO, logger="graph_index.embedders"):
+        emb = make_embedder(EmbedderConfig(), reuse=False, runtime="auto", cache_dir=tmp_path)
+    assert not isinstance(emb, onnx_encoder.OnnxEmbedder)
+    assert "export failed" in caplog.text
+
+
+def _folder():
+    from graph_index.embedders.sentence_transformers import embedded_minilm_path
+
+    return embedded_minilm_path()
