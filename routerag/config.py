@@ -54,10 +54,11 @@ class RetrievalConfig(StrictModel):
     """How queries are matched to facts: ``exact`` scans every fact (float16 screen, float32 rescore: the exact
     float32 result); ``hnsw`` or ``ivfpq`` search a FAISS index built when the index is opened, for fact tables too
     large to scan (approximate top facts and min-max range; see ``benchmarks/fact_index.py`` for their recall)."""
-    query_encoder: Literal["auto", "onnx", "torch"] = "auto"
+    query_encoder: Literal["auto", "onnx", "onnx-int8", "torch"] = "auto"
     """How a local embedding model (the embedded MiniLM) encodes queries: ``onnx`` runs it through ONNX Runtime
     (exported once from the local folder into the cache directory; vectors equal torch's to cosine > 0.9999, a short
-    query in ~4 ms instead of ~13 ms on 2 cores), ``torch`` in eager sentence-transformers, ``auto`` ONNX where
+    query in ~4 ms instead of ~13 ms on 2 cores), ``onnx-int8`` the same graph quantised per channel (faster still,
+vectors at cosine ~0.99 to torch's: measured for recall in docs/benchmarks.md), ``torch`` in eager sentence-transformers, ``auto`` ONNX where
     onnxruntime is installed and no GPU is used, torch otherwise (logged). Index builds always use torch."""
     fact_top_k: int = Field(3, ge=0)
     """Facts matched to the query that seed the graph (HippoRAG 2's linking_top_k is 5; with the CPU extractor's

@@ -67,3 +67,13 @@ def _folder():
     from graph_index.embedders.sentence_transformers import embedded_minilm_path
 
     return embedded_minilm_path()
+
+
+def test_int8_encoder_close_to_torch(minilm, tmp_path) -> None:
+    """The per-channel int8 graph is made once beside the fp32 export and its vectors stay close to torch's (its
+    effect on retrieval is measured in docs/benchmarks.md, not asserted here)."""
+    emb = make_embedder(EmbedderConfig(), reuse=False, runtime="onnx-int8", cache_dir=tmp_path)
+    assert isinstance(emb, onnx_encoder.OnnxEmbedder) and emb.path.name.endswith("-int8.onnx")
+    cos = (minilm.encode_queries(TEXTS[:2]) * emb.encode_queries(TEXTS[:2])).sum(axis=1)
+    assert float(cos.min()) > 0.97
+    assert onnx_encoder.cached_int8(emb.path.with_name(emb.path.name.replace("-int8", ""))) == emb.path

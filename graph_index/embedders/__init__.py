@@ -17,9 +17,10 @@ __all__ = ["Embedder", "CachedEmbedder", "make_embedder", "normalize_rows", "emb
 _LOADED: dict[str, Embedder] = {}
 log = logging.getLogger(__name__)
 
-Runtime = Literal["auto", "onnx", "torch"]
+Runtime = Literal["auto", "onnx", "onnx-int8", "torch"]
 """How a local sentence-transformers model runs: ``torch`` (eager, as sentence-transformers runs it), ``onnx``
-(exported once, run by ONNX Runtime; several times faster for a short query on a CPU) or ``auto`` (ONNX where the
+(exported once, run by ONNX Runtime; several times faster for a short query on a CPU), ``onnx-int8`` (the same
+export quantised per channel: faster, vectors at cosine ~0.99 to torch's, so results can differ) or ``auto`` (ONNX where the
 runtime is installed, the model can be exported and no GPU is in use; torch otherwise, with a log line why)."""
 
 
@@ -78,13 +79,14 @@ def _onnx_embedder(cfg: EmbedderConfig, source: str | Path, runtime: Runtime, ca
     if why is None:
         try:
             return OnnxEmbedder(folder, identity=embedder_identity(cfg), cache_dir=cache_dir or default_cache_dir(),
-                                batch_size=cfg.batch_size, query_instruction=cfg.query_instruction)
+                                batch_size=cfg.batch_size, query_instruction=cfg.query_instruction,
+                                int8=runtime == "onnx-int8")
         except Exception as exc:  # noqa: BLE001 - any export or load failure falls back to torch under auto
-            if runtime == "onnx":
+            if runtime != "auto":
                 raise
             why = f"the ONNX export failed ({type(exc).__name__}: {exc})"
-    if runtime == "onnx":
-        raise RuntimeError(f"the ONNX query encoder was asked for, but {why}")
+    if runtime != "auto":
+        raise RuntimeError(f"the ONNX query encoder ({runtime}) was asked for, but {why}")
     log.info("query encoder: eager torch, not ONNX Runtime: %s", why)
     return None
 

@@ -109,17 +109,41 @@ def cached_export(folder: Path, cache_dir: Path) -> Path:
     return target
 
 
+def cached_int8(fp32: Path) -> Path:
+    """A per-channel dynamic int8 copy of an exported graph beside it, made on first use (atomically).
+
+    Why per channel: one scale per weight tensor (the default) gave query vectors at cosine 0.94-0.96 to torch's;
+    one per output channel keeps them at 0.99 (PopQA-500: mean 0.993, min 0.987) and runs ~1.6x faster on AVX2."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    target = fp32.with_name(fp32.stem + "-int8.onnx")
+    if target.is_file():
+        return target
+    log.info("quantising %s to int8 at %s (once)", fp32, target)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp.onnx")
+    os.close(fd)
+    try:
+        quantize_dynamic(str(fp32), tmp, weight_type=QuantType.QInt8, per_channel=True)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
 class OnnxEmbedder(Embedder):
     """A local mean-pooling sentence-transformers folder run by ONNX Runtime (vectors match the torch embedder's to
     float32 rounding; ``tests/test_onnx_encoder.py`` checks cosine > 0.9999)."""
 
     def __init__(self, folder: str | Path, *, identity: str, cache_dir: Path, batch_size: int = 64,
-                 query_instruction: str = "", threads: int | None = None) -> None:
+                 query_instruction: str = "", threads: int | None = None, int8: bool = False) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
         folder = Path(folder).expanduser().resolve()
         path = cached_export(folder, cache_dir)
+        if int8:
+            path = cached_int8(path)
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = threads or _torch_threads()
