@@ -135,7 +135,7 @@ class Retriever:
         g = self.data.graph
         self.fact_ends = self.data.fact_ends
         fact_emb = np.ascontiguousarray(self.data.fact_emb)
-        self.fact_scorer = (FactScorer(fact_emb) if self.cfg.fact_index == "exact"
+        self.fact_scorer = (FactScorer(fact_emb, self.data.fact_emb_f16) if self.cfg.fact_index == "exact"
                             else FaissFactScorer(fact_emb, self.cfg.fact_index))
         self.entity_passages = self.data.vertex_passage_counts
         self.n_nodes = g.vcount()
