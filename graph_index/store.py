@@ -466,14 +466,18 @@ class IndexData:
 
 
 def _read_faiss_mapped(path: Path) -> faiss.Index | None:
-    """A flat FAISS index with its vectors mapped from ``path`` (``IO_FLAG_MMAP_IFC``), or None for an index kind
-    faiss does not map that way (IVF, HNSW: read into memory by the caller)."""
-    flag = getattr(faiss, "IO_FLAG_MMAP_IFC", None)
-    if flag is None:
-        return None
+    """The FAISS index at ``path`` with its vectors mapped from the file: a flat index's codes
+    (``IO_FLAG_MMAP_IFC``), an IVF index's inverted lists (``IO_FLAG_MMAP``); None for a kind faiss reads only into
+    memory (HNSW), which the caller then reads."""
     with open(path, "rb") as f:
         fourcc = f.read(4)
-    if fourcc not in (b"IxFI", b"IxF2", b"IxFl"):  # IndexFlatIP, IndexFlatL2, IndexFlat
+    if fourcc in (b"IxFI", b"IxF2", b"IxFl"):  # IndexFlatIP, IndexFlatL2, IndexFlat
+        flag = getattr(faiss, "IO_FLAG_MMAP_IFC", None)
+    elif fourcc.startswith(b"Iw"):  # the IndexIVF family
+        flag = getattr(faiss, "IO_FLAG_MMAP", None)
+    else:
+        return None
+    if flag is None:
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
