@@ -25,10 +25,12 @@ cache's, shared by every process serving the index, and a server's anonymous mem
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
 import shutil
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -54,7 +56,8 @@ from .openie.base import OpenIEResult, Triple
 from .synonymy import Selections
 
 __all__ = ["ALL_FILES", "DEFAULT_LOCK_TIMEOUT_S", "FORMAT", "FORMAT_VERSION", "MANIFEST", "IndexBusyError",
-           "IndexData", "IndexFormatError", "atomic_directory", "read_manifest", "write_index_files",
+           "IndexData", "IndexFormatError", "atomic_directory", "read_manifest", "release_freed_memory",
+           "write_f16", "write_index_files",
            "write_lock", "write_manifest"]
 
 T = TypeVar("T")
@@ -278,22 +281,20 @@ class IndexData:
         return self._rows(OPENIE, OpenIEResult.from_json)
 
     @cached_property
-    def _entity_rows(self) -> list[tuple[str, int]]:
-        return self._rows(ENTITIES, lambda r: (str(r["name"]), int(r["passages"])))
-
-    @cached_property
     def entities(self) -> list[str]:
-        return [name for name, _ in self._entity_rows]
+        return self._rows(ENTITIES, lambda r: str(r["name"]))
 
     @cached_property
     def entity_passage_counts(self) -> np.ndarray:
-        return np.array([n for _, n in self._entity_rows], dtype=np.int64)
+        # a pass of its own: a search needs the counts, not a second list of every entity's name
+        return np.array(self._rows(ENTITIES, lambda r: (str(r["name"]), int(r["passages"]))[1]), dtype=np.int64)
 
     @cached_property
     def facts(self) -> list[Triple]:
+        # the same entity (and relation) recurs in many facts: one string object each, not one per occurrence
         def triple(r: Any) -> Triple:
             s, rel, o = r
-            return (s, rel, o)
+            return (sys.intern(s), sys.intern(rel), sys.intern(o))
 
         return self._rows(FACTS, triple)
 
@@ -365,6 +366,9 @@ class IndexData:
             # GraphML stores numbers as doubles; the bitmask is an integer
             if g.ecount():
                 g.es["kinds"] = [int(k) for k in g.es["kinds"]]
+            if g.vcount():  # two values, not one string object per vertex
+                g.vs["kind"] = [sys.intern(k) for k in g.vs["kind"]]
+            release_freed_memory()
         except Exception as exc:  # igraph reports XML damage as InternalError, missing attributes as KeyError
             reason = " ".join(str(exc).split())[:200]
             raise IndexFormatError(f"{path}: unreadable graph ({type(exc).__name__}: {reason}); {REBUILD_HINT}",
@@ -463,6 +467,15 @@ class IndexData:
     @property
     def counts(self) -> dict[str, int]:
         return dict(self.manifest.get("counts", {}))
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc keeps what a large parse freed, such as GraphML's
+    temporary strings, in the process); a no-op elsewhere."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _read_faiss_mapped(path: Path) -> faiss.Index | None:
