@@ -326,7 +326,8 @@ class IndexData:
         path = self.path / FACT_EMB_F16
         if not path.is_file():
             try:
-                with index_lock(self.root, timeout=0, op="derive fact_embeddings.f16.npy"):
+                owner = versions.owner_of(self.path) or self.root  # the lock writers of this version take
+                with index_lock(owner, timeout=0, op="derive fact_embeddings.f16.npy"):
                     if not path.is_file():
                         write_f16(self.path / FACT_EMB, path)
             except (IndexBusyError, OSError) as exc:
