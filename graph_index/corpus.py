@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 
 class CorpusError(ValueError):
@@ -88,6 +88,10 @@ class _Raw:
 
 
 DEFAULT_MAX_PASSAGE_CHARS = 100_000
+MAX_LINE_BYTES = 64 * 2**20
+"""A JSONL line longer than this is a located error (skipped under ``skip_bad``) and is never held whole: a file
+without newlines must not be read into memory as one line. 64 MiB is far above any passage the default
+``max_passage_chars`` lets through, even with every character escaped."""
 Oversize = Literal["error", "skip", "split"]
 
 
@@ -106,11 +110,37 @@ def load_corpus(
     empty result. A passage longer than ``max_passage_chars`` (title + text) is, by ``oversize``: an error (skipped
     under ``skip_bad``), skipped and counted, or split into passages under the limit. Nothing that long reaches an
     extractor: spaCy refuses texts over 1,000,000 characters and needs about 1 GB of memory per 100,000.
+
+    The list holds every passage (the build needs them all: extraction, embedding and the index's passage table).
+    :func:`iter_corpus` is the same reading without the list.
     """
     report = LoadReport()
+    passages = list(iter_corpus(paths, report, skip_bad=skip_bad, known_hashes=known_hashes,
+                                max_passage_chars=max_passage_chars, oversize=oversize))
+    if not passages:
+        names = ", ".join(report.files) or "(no files)"
+        detail = f" ({len(report.skipped)} malformed records skipped)" if report.skipped else ""
+        raise CorpusError(f"empty corpus: no passages in {names}{detail}", "empty")
+    return passages, report
+
+
+def iter_corpus(
+    paths: Iterable[str | Path],
+    report: LoadReport,
+    *,
+    skip_bad: bool = False,
+    known_hashes: Iterable[str] = (),
+    max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS,
+    oversize: Oversize = "error",
+) -> Iterator[Passage]:
+    """The passages of :func:`load_corpus`, one at a time, as they are read (``report`` is filled as it goes).
+
+    A JSONL file is read line by line, so memory is bounded by the longest line (at most :data:`MAX_LINE_BYTES`)
+    plus the duplicate check's hashes and ids (about 150 bytes per passage), not by the file. A JSON array or
+    object file is read whole first (its elements are then parsed one by one).
+    """
     seen_hashes = set(known_hashes)
     seen_ids: dict[str, str] = {}
-    passages: list[Passage] = []
     for path in paths:
         p = Path(path)
         report.files.append(str(p))
@@ -139,12 +169,20 @@ def load_corpus(
                     continue
                 seen_hashes.add(piece.hash)
                 seen_ids[piece.id] = raw.where
-                passages.append(piece)
-    if not passages:
-        names = ", ".join(report.files) or "(no files)"
-        detail = f" ({len(report.skipped)} malformed records skipped)" if report.skipped else ""
-        raise CorpusError(f"empty corpus: no passages in {names}{detail}", "empty")
-    return passages, report
+                yield piece
+
+
+def iter_corpus_batches(paths: Iterable[str | Path], report: LoadReport, batch_size: int,
+                        **options: Any) -> Iterator[list[Passage]]:
+    """:func:`iter_corpus` in lists of at most ``batch_size`` passages, for consumers that work a batch at a time."""
+    batch: list[Passage] = []
+    for passage in iter_corpus(paths, report, **options):
+        batch.append(passage)
+        if len(batch) >= batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _fit(passage: Passage, where: str, limit: int, oversize: Oversize) -> list[Passage]:
@@ -213,8 +251,12 @@ def _records(path: Path) -> Iterator[_Raw]:
 def _jsonl_records(path: Path) -> Iterator[_Raw]:
     """One record per line, decoded line by line: a line that is not UTF-8 is one bad record, not a bad file."""
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+        for lineno, raw in enumerate(_lines(f), start=1):
             where = f"{path}:{lineno}"
+            if raw is None:
+                yield _Raw(where, CorpusError(f"{where}: line longer than {MAX_LINE_BYTES:,} bytes (a file without "
+                                              "line breaks, or one huge record); split it", "oversize"))
+                continue
             if lineno == 1:
                 raw = raw.removeprefix(codecs.BOM_UTF8)
             try:
@@ -233,6 +275,20 @@ def _jsonl_records(path: Path) -> Iterator[_Raw]:
                                               "invalid_json"))
                 continue
             yield _Raw(where, value)
+
+
+def _lines(f: BinaryIO) -> Iterator[bytes | None]:
+    """The file's lines; ``None`` for a line over :data:`MAX_LINE_BYTES`, whose rest is read past in pieces."""
+    while True:
+        line = f.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) <= MAX_LINE_BYTES or line.endswith(b"\n"):
+            yield line
+            continue
+        while line and not line.endswith(b"\n"):
+            line = f.readline(MAX_LINE_BYTES)
+        yield None
 
 
 def _json_array_records(path: Path, text: str) -> Iterator[_Raw]:

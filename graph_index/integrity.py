@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .layout import DATA_FILES, ENTITY_EMB, FACT_EMB, PASSAGE_EMB, REBUILD_HINT, ROWS_FROM_COUNT, IndexFormatError
+from .layout import DATA_FILES, DERIVED_FILES, ENTITY_EMB, FACT_EMB, PASSAGE_EMB, REBUILD_HINT, ROWS_FROM_COUNT, IndexFormatError
 
 _CHUNK = 1 << 20
 NPY_FILES = (PASSAGE_EMB, ENTITY_EMB, FACT_EMB)
@@ -127,7 +127,7 @@ def verify_checksums(d: Path, manifest: dict[str, Any]) -> list[str]:
         return [f"{d}: the manifest records no checksums (written by an older version); the next write "
                 "(`routerag index add`, or a rebuild) records them"]
     problems = []
-    for name in DATA_FILES:
+    for name in (*DATA_FILES, *(n for n in DERIVED_FILES if n in files)):
         rec, path = files.get(name), d / name
         if rec is None:
             problems.append(f"{path}: no checksum recorded")

@@ -19,12 +19,18 @@ ENTITY_EMB = "entity_embeddings.npy"
 FACT_EMB = "fact_embeddings.npy"
 DENSE = "passages.faiss"
 GRAPH = "graph.graphml"
+FACT_EMB_F16 = "fact_embeddings.f16.npy"
+"""The float16 copy of the fact rows that exact fact matching screens with (derived from FACT_EMB): written by the
+build so that a loaded index maps it instead of converting 2 bytes per value into anonymous memory. Optional: an
+index written before it existed gets it on first load (:meth:`graph_index.store.IndexData.fact_emb_f16`)."""
 DATA_FILES = (PASSAGES, OPENIE, ENTITIES, FACTS, SYNONYMS, PASSAGE_EMB, ENTITY_EMB, FACT_EMB, DENSE, GRAPH)
 ALL_FILES = (MANIFEST, *DATA_FILES)
+DERIVED_FILES = (FACT_EMB_F16,)
+"""Files computed from a data file: checked like one when the manifest records them, never required."""
 
 #: Which manifest count gives the number of rows of a file (synonyms.jsonl has no count of its own).
 ROWS_FROM_COUNT = {PASSAGES: "passages", OPENIE: "passages", ENTITIES: "entities", FACTS: "facts",
-                   PASSAGE_EMB: "passages", ENTITY_EMB: "entities", FACT_EMB: "facts"}
+                   PASSAGE_EMB: "passages", ENTITY_EMB: "entities", FACT_EMB: "facts", FACT_EMB_F16: "facts"}
 
 REBUILD_HINT = "restore the index or rebuild it with `routerag build-graph --force`"
 

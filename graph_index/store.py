@@ -11,17 +11,27 @@ One version of an index holds (written into a temporary sibling directory, then 
     facts.jsonl              [subject, relation, object] per unique normalised fact
     synonyms.jsonl           {"entity", "keeps": [[entity, cosine], ...]} synonym lists
     passage_embeddings.npy   float32, unit rows (also entity_/fact_embeddings.npy)
+    fact_embeddings.f16.npy  float16 copy of the fact rows (exact fact matching screens with it); optional, derived
     passages.faiss           the dense index (CPU form)
     graph.graphml            the knowledge graph, written by python-igraph
 
-Writers (build, ``index add``, ``index delete``) hold the index's lock (:func:`write_lock`); readers never do.
+Writers (build, ``index add``, ``index delete``) hold the index's lock (:func:`write_lock`); readers never do,
+except to add the float16 fact copy to an index written before it existed (once, without waiting).
+
+Loading maps the big matrices instead of copying them: the ``.npy`` files with ``np.load(mmap_mode="r")``, a flat
+FAISS index with ``IO_FLAG_MMAP_IFC``, the float16 fact copy from its own file. Their pages are then the page
+cache's, shared by every process serving the index, and a server's anonymous memory does not grow with them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import logging
 import os
 import shutil
+import sys
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,18 +48,20 @@ from .config import DenseIndexConfig, IndexConfig
 from .corpus import Passage, write_jsonl
 from .dense import maybe_to_gpu
 from .graph import entity_vertices
-from .layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACTS, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST,
-                     OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS, IndexFormatError)
+from .layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, FORMAT, FORMAT_VERSION,
+                     GRAPH, MANIFEST, OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS, IndexFormatError)
 from .lock import DEFAULT_LOCK_TIMEOUT_S, IndexBusyError, index_lock
 from .normalize import normalize_phrase
 from .openie.base import OpenIEResult, Triple
 from .synonymy import Selections
 
 __all__ = ["ALL_FILES", "DEFAULT_LOCK_TIMEOUT_S", "FORMAT", "FORMAT_VERSION", "MANIFEST", "IndexBusyError",
-           "IndexData", "IndexFormatError", "atomic_directory", "read_manifest", "write_index_files",
+           "IndexData", "IndexFormatError", "atomic_directory", "read_manifest", "release_freed_memory",
+           "write_f16", "write_index_files",
            "write_lock", "write_manifest"]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -126,11 +138,36 @@ def write_index_files(
     np.save(d / PASSAGE_EMB, np.ascontiguousarray(passage_emb, dtype=np.float32))
     np.save(d / ENTITY_EMB, np.ascontiguousarray(entity_emb, dtype=np.float32))
     np.save(d / FACT_EMB, np.ascontiguousarray(fact_emb, dtype=np.float32))
+    write_f16(d / FACT_EMB, d / FACT_EMB_F16)
     faiss.write_index(dense, str(d / DENSE))
     graph.write_graphml(str(d / GRAPH))
     rows = {PASSAGES: len(passages), OPENIE: len(openie), ENTITIES: len(entities), FACTS: len(facts),
             SYNONYMS: len(synonyms)}
-    manifest["files"] = {name: integrity.file_record(d / name, rows.get(name)) for name in ALL_FILES[1:]}
+    manifest["files"] = {name: integrity.file_record(d / name, rows.get(name))
+                         for name in (*ALL_FILES[1:], FACT_EMB_F16)}
+
+
+F16_CHUNK_ROWS = 65_536
+"""Rows converted per step when writing the float16 copy, so the conversion never holds the whole matrix."""
+
+
+def write_f16(src: Path, dst: Path) -> None:
+    """Write the float16 copy of the float32 ``.npy`` at ``src`` to ``dst`` atomically (a temporary sibling, fsync,
+    rename), reading ``src`` through a mapping, a chunk at a time."""
+    f32 = np.load(src, mmap_mode="r")
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float16)),
+                                                    "fortran_order": False, "shape": tuple(f32.shape)})
+            for lo in range(0, f32.shape[0], F16_CHUNK_ROWS):
+                f.write(np.asarray(f32[lo:lo + F16_CHUNK_ROWS], dtype=np.float16).tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_manifest(d: Path, manifest: dict[str, Any]) -> None:
@@ -244,22 +281,20 @@ class IndexData:
         return self._rows(OPENIE, OpenIEResult.from_json)
 
     @cached_property
-    def _entity_rows(self) -> list[tuple[str, int]]:
-        return self._rows(ENTITIES, lambda r: (str(r["name"]), int(r["passages"])))
-
-    @cached_property
     def entities(self) -> list[str]:
-        return [name for name, _ in self._entity_rows]
+        return self._rows(ENTITIES, lambda r: str(r["name"]))
 
     @cached_property
     def entity_passage_counts(self) -> np.ndarray:
-        return np.array([n for _, n in self._entity_rows], dtype=np.int64)
+        # a pass of its own: a search needs the counts, not a second list of every entity's name
+        return np.array(self._rows(ENTITIES, lambda r: (str(r["name"]), int(r["passages"]))[1]), dtype=np.int64)
 
     @cached_property
     def facts(self) -> list[Triple]:
+        # the same entity (and relation) recurs in many facts: one string object each, not one per occurrence
         def triple(r: Any) -> Triple:
             s, rel, o = r
-            return (s, rel, o)
+            return (sys.intern(s), sys.intern(rel), sys.intern(o))
 
         return self._rows(FACTS, triple)
 
@@ -284,10 +319,39 @@ class IndexData:
         return self._npy(FACT_EMB)
 
     @cached_property
+    def fact_emb_f16(self) -> np.ndarray:
+        """The float16 fact rows, mapped from their file. An index written before that file existed gets it now,
+        written atomically into its version under the index's lock, taken without waiting; when the lock is busy or
+        the directory is read-only, the copy is made in memory instead (as before the file existed)."""
+        path = self.path / FACT_EMB_F16
+        if not path.is_file():
+            try:
+                owner = versions.owner_of(self.path) or self.root  # the lock writers of this version take
+                with index_lock(owner, timeout=0, op="derive fact_embeddings.f16.npy"):
+                    if not path.is_file():
+                        write_f16(self.path / FACT_EMB, path)
+            except (IndexBusyError, OSError) as exc:
+                log.info("%s: float16 fact copy kept in memory (%s)", self.path, exc)
+                return np.asarray(self.fact_emb, dtype=np.float16)
+        shape, dtype, _ = integrity.npy_header(path)
+        if shape != self.fact_emb.shape or dtype != np.float16:
+            raise IndexFormatError(f"{path}: array of shape {shape} {dtype}, expected {self.fact_emb.shape} float16; "
+                                   f"{REBUILD_HINT}", path)
+        return np.load(path, mmap_mode="r")
+
+    @property
+    def dense_mapped(self) -> bool:
+        """Whether the dense index's vectors are mapped from its file rather than read into memory."""
+        return self.__dict__.get("_dense_mapped", False)
+
+    @cached_property
     def dense(self) -> faiss.Index:
         path = self.path / DENSE
         try:
-            index = faiss.read_index(str(path))
+            index = _read_faiss_mapped(path)
+            self.__dict__["_dense_mapped"] = index is not None
+            if index is None:
+                index = faiss.read_index(str(path))
         except RuntimeError as exc:
             lines = str(exc).strip().splitlines() or [type(exc).__name__]
             reason = lines[-1].rsplit("Error: ", 1)[-1][:300]  # faiss prefixes its C++ source location
@@ -303,6 +367,9 @@ class IndexData:
             # GraphML stores numbers as doubles; the bitmask is an integer
             if g.ecount():
                 g.es["kinds"] = [int(k) for k in g.es["kinds"]]
+            if g.vcount():  # two values, not one string object per vertex
+                g.vs["kind"] = [sys.intern(k) for k in g.vs["kind"]]
+            release_freed_memory()
         except Exception as exc:  # igraph reports XML damage as InternalError, missing attributes as KeyError
             reason = " ".join(str(exc).split())[:200]
             raise IndexFormatError(f"{path}: unreadable graph ({type(exc).__name__}: {reason}); {REBUILD_HINT}",
@@ -401,3 +468,31 @@ class IndexData:
     @property
     def counts(self) -> dict[str, int]:
         return dict(self.manifest.get("counts", {}))
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc keeps what a large parse freed, such as GraphML's
+    temporary strings, in the process); a no-op elsewhere."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _read_faiss_mapped(path: Path) -> faiss.Index | None:
+    """The FAISS index at ``path`` with its vectors mapped from the file: a flat index's codes
+    (``IO_FLAG_MMAP_IFC``), an IVF index's inverted lists (``IO_FLAG_MMAP``); None for a kind faiss reads only into
+    memory (HNSW), which the caller then reads."""
+    with open(path, "rb") as f:
+        fourcc = f.read(4)
+    if fourcc in (b"IxFI", b"IxF2", b"IxFl"):  # IndexFlatIP, IndexFlatL2, IndexFlat
+        flag = getattr(faiss, "IO_FLAG_MMAP_IFC", None)
+    elif fourcc.startswith(b"Iw"):  # the IndexIVF family
+        flag = getattr(faiss, "IO_FLAG_MMAP", None)
+    else:
+        return None
+    if flag is None:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return faiss.read_index(str(path), flag | faiss.IO_FLAG_READ_ONLY)

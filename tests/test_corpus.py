@@ -144,3 +144,55 @@ def test_an_oversize_passage_can_be_split_at_breaks(tmp_path: Path) -> None:
     assert all(p.text.endswith(".") for p in parts[:-1])  # cut at sentence ends, not mid-word
     original = json.loads(f.read_text().splitlines()[1])["text"]
     assert " ".join(p.text for p in parts).split() == original.split()
+
+
+def test_a_line_over_the_line_limit_is_located_and_never_held_whole(tmp_path: Path, monkeypatch) -> None:
+    import graph_index.corpus as corpus
+
+    monkeypatch.setattr(corpus, "MAX_LINE_BYTES", 1000)
+    f = write(tmp_path / "c.jsonl", '{"title": "A", "text": "alpha"}\n' + '{"title": "B", "text": "' + "b" * 5000
+              + '"}\n{"title": "C", "text": "gamma"}\n')
+    with pytest.raises(CorpusError, match=r"c\.jsonl:2: line longer than 1,000 bytes"):
+        load_corpus([f])
+    passages, report = load_corpus([f], skip_bad=True)
+    assert [p.title for p in passages] == ["A", "C"] and report.skipped_by_kind == {"oversize": 1}
+
+
+def test_iter_corpus_batches_yields_every_passage_once(tmp_path: Path) -> None:
+    from graph_index.corpus import LoadReport, iter_corpus_batches
+
+    f = write(tmp_path / "c.jsonl", "".join(f'{{"title": "T{i}", "text": "text {i}"}}\n' for i in range(10))
+              + '{"title": "T0", "text": "text 0"}\n')
+    report = LoadReport()
+    batches = list(iter_corpus_batches([f], report, 4))
+    assert [len(b) for b in batches] == [4, 4, 2] and report.records == 11 and report.duplicates == 1
+
+
+STREAM_PROBE = r"""
+import resource, sys
+from graph_index.corpus import LoadReport, iter_corpus
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+n = sum(1 for _ in iter_corpus([sys.argv[1]], LoadReport()))
+print(n, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
+"""
+
+
+def test_a_large_jsonl_streams_with_bounded_memory(tmp_path: Path) -> None:
+    """Reading a 200 MB JSONL passage by passage: the reader's peak RSS grows by a small fraction of the file."""
+    import os
+    import subprocess
+    import sys
+
+    f = tmp_path / "big.jsonl"
+    body = "word " * 4000
+    with open(f, "w") as out:
+        for i in range(10_000):
+            out.write(f'{{"title": "P{i}", "text": "{i} {body}"}}\n')
+    size = f.stat().st_size
+    assert size > 190e6
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, "-c", STREAM_PROBE, str(f)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    n, grown = (int(v) for v in res.stdout.split())
+    assert n == 10_000
+    assert grown < size / 10, f"peak RSS grew by {grown / 2**20:.0f} MB reading a {size / 2**20:.0f} MB file"

@@ -57,7 +57,7 @@ def test_the_manifest_records_every_data_file(idx: Path) -> None:
     m = json.loads((idx / "manifest.json").read_text())
     assert set(m["files"]) == {"passages.jsonl", "openie.jsonl", "entities.jsonl", "facts.jsonl", "synonyms.jsonl",
                                "passage_embeddings.npy", "entity_embeddings.npy", "fact_embeddings.npy",
-                               "passages.faiss", "graph.graphml"}
+                               "fact_embeddings.f16.npy", "passages.faiss", "graph.graphml"}
     rec = m["files"]["entity_embeddings.npy"]
     assert rec["shape"] == [m["counts"]["entities"], 384] and len(rec["sha256"]) == 64
     assert m["files"]["passages.jsonl"]["rows"] == 5
@@ -99,7 +99,7 @@ def test_a_count_mismatch_is_named_not_a_numpy_broadcast_error(idx: Path, runner
 
 def test_info_verify_catches_a_changed_byte(idx: Path, runner: CliRunner) -> None:
     res = runner.invoke(app, ["info", str(idx), "--verify"])
-    assert res.exit_code == 0 and "verified  10 files" in res.output, res.output
+    assert res.exit_code == 0 and "verified  11 files" in res.output, res.output
     # same size, still valid JSON: only the checksum can tell
     p = idx / "passages.jsonl"
     text = p.read_text()

@@ -34,12 +34,21 @@ class FactMatches:
 
 
 class FactScorer:
-    def __init__(self, fact_emb: np.ndarray) -> None:
+    def __init__(self, fact_emb: np.ndarray, half: np.ndarray | None = None) -> None:
+        """``half``: the float16 copy of ``fact_emb`` when the index has one on disk (mapped, so no copy is made
+        here); without it the copy is computed, in memory."""
+        import warnings
+
         import torch
 
         self.emb = fact_emb  # float32, possibly memory-mapped
         self.n, self.dim = fact_emb.shape
-        self.half = torch.from_numpy(np.asarray(fact_emb, dtype=np.float16))
+        if half is None:
+            half = np.asarray(fact_emb, dtype=np.float16)
+        self.half_rows = half  # the array the tensor below shares memory with (a mapping, when given one)
+        with warnings.catch_warnings():  # a read-only mapping: torch warns about writes, and none are made
+            warnings.simplefilter("ignore", UserWarning)
+            self.half = torch.from_numpy(half)
         self.max_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", fact_emb, fact_emb)))) if self.n else 0.0
 
     def bound(self, q_norm: float) -> float:

@@ -27,7 +27,7 @@ import scipy.sparse as sp
 
 from graph_index.embedders import Embedder, make_embedder
 from graph_index.llm_clients import resolve_api_key
-from graph_index.store import IndexData
+from graph_index.store import IndexData, release_freed_memory
 from routerag.config import RetrievalConfig
 from routerag.vocabulary import MODES, Mode
 
@@ -135,7 +135,7 @@ class Retriever:
         g = self.data.graph
         self.fact_ends = self.data.fact_ends
         fact_emb = np.ascontiguousarray(self.data.fact_emb)
-        self.fact_scorer = (FactScorer(fact_emb) if self.cfg.fact_index == "exact"
+        self.fact_scorer = (FactScorer(fact_emb, self.data.fact_emb_f16) if self.cfg.fact_index == "exact"
                             else FaissFactScorer(fact_emb, self.cfg.fact_index))
         self.entity_passages = self.data.vertex_passage_counts
         self.n_nodes = g.vcount()
@@ -143,6 +143,7 @@ class Retriever:
         if self.cfg.ppr_backend == "batched":
             self.solver = PPRSolver.from_igraph(g, damping=self.cfg.damping, tol=self.cfg.ppr_tol,
                                                 device=self.cfg.device)
+        release_freed_memory()  # the solver's temporary edge lists
         self._graph_ready = True
 
     # -- public API -----------------------------------------------------------------------------------------------

@@ -1,0 +1,247 @@
+"""Synthetic RouteRAG indexes with a real index's shape, for benchmarks/growth.py.
+
+The real index gives the distributions (sampled with replacement, so a 1M index has the 7.6k index's shape at every
+passage, not a larger corpus's heavier tails): links per passage (mentions and title), passages per entity, facts
+per passage, synonym edges per entity, edge weights, passage text lengths. Entities are attached to passages by a
+configuration model (each entity's stubs dealt to the passages' link slots), a fact joins two entities of its passage,
+synonym pairs are random. Vectors are random unit rows. Everything is generated vectorised and the matrices are
+written in chunks straight into their ``.npy`` files, so the generator's memory stays well below their size.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import faiss
+import igraph as ig
+import numpy as np
+
+from graph_index import integrity, store, versions
+from graph_index.config import IndexConfig
+from graph_index.corpus import write_jsonl
+from graph_index.embedders.base import Embedder
+from graph_index.graph import FACT, MENTION, SYNONYM, TITLE
+from graph_index.layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, GRAPH, OPENIE,
+                                PASSAGE_EMB, PASSAGES, SYNONYMS)
+
+DIM = 384
+IDENTITY = "synthetic:random-unit-384"
+CHUNK = 131_072
+_FILLER = ("lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore " * 200)
+
+
+class StubEmbedder(Embedder):
+    """The synthetic index's "embedder": random unit vectors (the benchmark passes query vectors itself)."""
+
+    identity = IDENTITY
+
+    @property
+    def dim(self) -> int:
+        return DIM
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        return np.random.default_rng(len(texts)).standard_normal((len(texts), DIM), dtype=np.float32)
+
+
+def measure_profile(index: Path) -> dict[str, Any]:
+    """The distributions of a real index (lists of per-item values, sampled from later)."""
+    data = store.IndexData(index)
+    g = data.graph
+    p0 = int(data.manifest["counts"]["passages"])
+    edges = np.asarray(g.get_edgelist(), dtype=np.int64)
+    kinds = np.asarray(g.es["kinds"], dtype=np.int64)
+    weights = np.asarray(g.es["weight"], dtype=np.float64)
+    passage_edge = edges[:, 0] < p0  # passages are the first vertices, so the smaller end tells
+    links = np.bincount(edges[passage_edge, 0], minlength=p0)
+    ee = ~passage_edge
+    rng = np.random.default_rng(0)
+
+    def sample(x: np.ndarray, k: int = 20_000) -> list[float]:
+        return [round(float(v), 6) for v in (rng.choice(x, k) if len(x) > k else x)]
+
+    return {
+        "index": str(index), "passages": p0, "entities": len(data.entities), "facts": len(data.facts),
+        "fact_edges": int(((kinds & FACT) > 0).sum()), "synonym_edges": int(((kinds & SYNONYM) > 0).sum()),
+        "title_share": float(((kinds[passage_edge] & TITLE) > 0).sum() / p0),
+        "links_per_passage": links.tolist(),
+        "passages_per_entity": data.entity_passage_counts.tolist(),
+        "facts_per_passage": [len(r.triples) for r in data.openie],
+        "text_len": [len(p.text) for p in data.passages],
+        "passage_edge_weights": sample(weights[passage_edge]),
+        "synonym_edge_weights": sample(weights[ee & ((kinds & SYNONYM) > 0) & ((kinds & FACT) == 0)]),
+    }
+
+
+def _deal(slots: np.ndarray, want: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``want`` slot owners: a random subset of ``slots``, or all of them plus random owners in ``[0, n)``."""
+    if len(slots) >= want:
+        return np.sort(slots[rng.choice(len(slots), want, replace=False)])
+    return np.concatenate([slots, rng.integers(0, n, want - len(slots))])
+
+
+def _write_unit_rows(path: Path, rows: int, rng: np.random.Generator, f16: Path | None = None,
+                     dense: faiss.Index | None = None) -> None:
+    """Random unit float32 rows written chunk by chunk with plain writes, not through a mapping (whose dirty pages
+    would count in this process's RSS), and their float16 copy, and into a FAISS index."""
+    files = [(path, np.float32)] + ([(f16, np.float16)] if f16 else [])
+    handles = []
+    for p, dtype in files:
+        f = open(p, "wb")
+        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                "fortran_order": False, "shape": (rows, DIM)})
+        handles.append((f, dtype))
+    for lo in range(0, rows, CHUNK):
+        x = rng.standard_normal((min(CHUNK, rows - lo), DIM), dtype=np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        for f, dtype in handles:
+            f.write(x.astype(dtype, copy=False).tobytes())
+        if dense is not None:
+            dense.add(x)
+    for f, _ in handles:
+        f.close()
+
+
+def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0) -> dict[str, Any]:
+    """Write an index of ``n`` synthetic passages at ``out`` (published atomically); returns counts and timings."""
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        timings[name] = round(time.perf_counter() - t0 - sum(timings.values()), 1)
+        print(f"  [{n}] {name} {timings[name]} s", flush=True)
+
+    scale = n / prof["passages"]
+    n_ent = max(2, round(prof["entities"] * scale))
+    # mentions: the passages' link slots (an edge each) are filled from the entities' stubs (an entity's stubs are
+    # its passage count, which also counts mentions that get no edge: common nouns weigh 0 by default)
+    entity_passages = rng.choice(np.asarray(prof["passages_per_entity"]), n_ent)
+    stubs = np.repeat(np.arange(n_ent, dtype=np.int64), entity_passages)
+    rng.shuffle(stubs)
+    slots = np.repeat(np.arange(n, dtype=np.int64), rng.choice(np.asarray(prof["links_per_passage"]), n))
+    if len(stubs) < len(slots):
+        stubs = np.concatenate([stubs, rng.integers(0, n_ent, len(slots) - len(stubs))])
+    key = np.unique(slots * n_ent + stubs[: len(slots)])
+    del slots, stubs
+    pe_p, pe_e = key // n_ent, key % n_ent
+    del key
+    per_passage = np.bincount(pe_p, minlength=n)
+    offsets = np.concatenate([[0], np.cumsum(per_passage)])
+    # facts: each joins two entities of its passage
+    n_fact = round(prof["facts"] * scale)
+    fslots = np.repeat(np.arange(n, dtype=np.int64), rng.choice(np.asarray(prof["facts_per_passage"]), n))
+    fslots = fslots[per_passage[fslots] > 0]
+    fact_p = _deal(fslots, n_fact, n, rng)
+    del fslots
+    fact_p = np.sort(fact_p[per_passage[fact_p] > 0])
+    n_fact = len(fact_p)
+    # subject and object: two different entities of the passage where it has two
+    cnt = per_passage[fact_p]
+    i_s = (rng.random(n_fact) * cnt).astype(np.int64)
+    i_o = np.where(cnt > 1, (i_s + 1 + (rng.random(n_fact) * (cnt - 1)).astype(np.int64)) % cnt, i_s)
+    fs, fo = pe_e[offsets[fact_p] + i_s], pe_e[offsets[fact_p] + i_o]
+    del cnt, i_s, i_o
+    # synonymy: random entity pairs
+    n_syn = round(prof["synonym_edges"] * scale)
+    sa, sb = rng.integers(0, n_ent, n_syn), rng.integers(0, n_ent, n_syn)
+    lap("sample")
+
+    # edges: passage-entity, then entity-entity (facts and synonyms merged per pair)
+    lo, hi = np.minimum(fs, fo), np.maximum(fs, fo)
+    fkey = (lo * n_ent + hi)[lo != hi]
+    slo, shi = np.minimum(sa, sb), np.maximum(sa, sb)
+    skey = np.unique((slo * n_ent + shi)[slo != shi])
+    del lo, hi, slo, shi, sa, sb
+    allkey = np.concatenate([fkey, skey])
+    is_fact = np.concatenate([np.ones(len(fkey), bool), np.zeros(len(skey), bool)])
+    syn_w = rng.choice(np.asarray(prof["synonym_edge_weights"]), len(skey))
+    w_in = np.concatenate([np.full(len(fkey), 2.0), syn_w])
+    uk, inv = np.unique(allkey, return_inverse=True)
+    del allkey
+    ee_w = np.bincount(inv, weights=w_in, minlength=len(uk))
+    ee_fact = np.bincount(inv, weights=is_fact, minlength=len(uk)) > 0
+    ee_syn = np.bincount(inv, weights=~is_fact, minlength=len(uk)) > 0
+    ee_kinds = np.where(ee_fact, FACT, 0) | np.where(ee_syn, SYNONYM, 0)
+    syn_a, syn_b, syn_w = uk[ee_syn] // n_ent, uk[ee_syn] % n_ent, ee_w[ee_syn]
+    del inv, w_in, is_fact
+    pe_w = rng.choice(np.asarray(prof["passage_edge_weights"]), len(pe_p))
+    pe_kinds = np.full(len(pe_p), MENTION, dtype=np.int64)
+    titled = (per_passage > 0) & (rng.random(n) < prof["title_share"])
+    pe_kinds[offsets[:-1][titled]] |= TITLE
+    src = np.concatenate([pe_p, n + uk // n_ent])
+    dst = np.concatenate([n + pe_e, n + uk % n_ent])
+    weights = np.concatenate([pe_w, ee_w])
+    kinds = np.concatenate([pe_kinds, ee_kinds])
+    counts = {"passages": n, "entities": n_ent, "facts": n_fact, "synonymy_edges": int(len(skey)),
+              "nodes": n + n_ent, "edges": int(len(src)), "fact_edges": int(ee_fact.sum()),
+              "mention_edges": int(len(pe_p)), "title_edges": int(titled.sum()), "synonym_edges": int(ee_syn.sum())}
+    del uk, ee_w, pe_w, ee_kinds, pe_kinds, skey, fkey
+    lap("edges")
+
+    ent_names = [f"ent{j:09d}" for j in range(n_ent)]
+    g = ig.Graph(n=n + n_ent)
+    g.add_edges(np.column_stack([src, dst]))
+    del src, dst
+    g.vs["name"] = [f"p:{i:016x}" for i in range(n)] + ["e:" + e for e in ent_names]
+    g.vs["kind"] = ["passage"] * n + ["entity"] * n_ent
+    g.es["weight"] = weights.tolist()
+    g.es["kinds"] = kinds.tolist()
+    del weights, kinds
+    lap("graph")
+
+    out = Path(out)
+    with store.write_lock(out, create=True), store.atomic_directory(out, force=True) as d:
+        text_len = rng.choice(np.asarray(prof["text_len"]), n)
+        write_jsonl(d / PASSAGES, ({"id": f"{i:016x}", "title": f"Synthetic passage {i}",
+                                    "text": _FILLER[: int(text_len[i])]} for i in range(n)))
+        fstart = np.searchsorted(fact_p, np.arange(n + 1))
+
+        def openie_rows():
+            for i in range(n):
+                ents = pe_e[offsets[i]:offsets[i + 1]]
+                triples = [[ent_names[fs[j]], f"r{j}", ent_names[fo[j]]] for j in range(fstart[i], fstart[i + 1])]
+                yield {"id": f"{i:016x}", "entities": [ent_names[e] for e in ents], "triples": triples,
+                       "source": "synthetic"}
+
+        write_jsonl(d / OPENIE, openie_rows())
+        write_jsonl(d / ENTITIES, ({"name": ent_names[j], "passages": int(entity_passages[j])} for j in range(n_ent)))
+        write_jsonl(d / FACTS, ([ent_names[fs[j]], f"r{j}", ent_names[fo[j]]] for j in range(n_fact)))
+        # each end of a synonym pair keeps the other
+        sa2, sb2, sw = np.concatenate([syn_a, syn_b]), np.concatenate([syn_b, syn_a]), np.concatenate([syn_w, syn_w])
+        order = np.argsort(sa2, kind="stable")
+        sa2, sb2, sw = sa2[order], sb2[order], sw[order]
+        bounds = np.flatnonzero(np.diff(sa2)) + 1
+        starts, ends = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(sa2)]])
+        write_jsonl(d / SYNONYMS, ({"entity": ent_names[sa2[a]],
+                                    "keeps": [[ent_names[sb2[k]], round(float(sw[k]), 6)] for k in range(a, b)]}
+                                   for a, b in zip(starts, ends)))
+        n_syn_rows = len(starts)
+        lap("jsonl")
+        g.write_graphml(str(d / GRAPH))
+        del g
+        lap("graphml")
+        dense = faiss.IndexFlatIP(DIM)
+        _write_unit_rows(d / PASSAGE_EMB, n, rng, dense=dense)
+        faiss.write_index(dense, str(d / DENSE))
+        del dense
+        _write_unit_rows(d / ENTITY_EMB, n_ent, rng)
+        _write_unit_rows(d / FACT_EMB, n_fact, rng, f16=d / FACT_EMB_F16)
+        lap("matrices")
+        rows = {PASSAGES: n, OPENIE: n, ENTITIES: n_ent, FACTS: n_fact, SYNONYMS: n_syn_rows}
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        manifest: dict[str, Any] = {
+            "format": store.FORMAT, "format_version": store.FORMAT_VERSION, "created": now, "updated": now,
+            "embedder": {"identity": IDENTITY, "dim": DIM}, "extractor": {"identity": "synthetic"},
+            "dense_index": "IndexFlatIP", "config": IndexConfig().recorded(), "counts": counts,
+            "synthetic": {"profile": prof["index"], "seed": seed},
+            "files": {name: integrity.file_record(d / name, rows.get(name))
+                      for name in (*ALL_FILES[1:], FACT_EMB_F16)},
+        }
+        lap("checksums")
+        store.write_manifest(d, manifest)
+    disk = sum(f.stat().st_size for f in versions.resolve(out).iterdir())
+    return {"passages": n, "counts": counts, "timings_s": timings, "disk_mb": round(disk / 2**20, 1)}
+
