@@ -4,34 +4,27 @@ path (``routerag info`` exits non-zero), and ``routerag info --verify`` catches 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from graph_index.builder import Components, build_index
 from graph_index.store import IndexData, IndexFormatError
 from routerag.cli import app
-from routerag.config import RetrievalConfig, Settings
+from routerag.config import RetrievalConfig
 from routerag.retrieval import Retriever
 
-FIX = Path(__file__).parent / "fixtures"
+from .helpers.curie_index import build_curie_index, writable_copy
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory, minilm) -> Path:
-    d = tmp_path_factory.mktemp("integrity")
-    cfg = Settings(cache_dir=d / "cache")
-    build_index([FIX / "curie.jsonl"], d / "idx", cfg, openie_results=FIX / "curie_openie.json", progress=False,
-                components=Components(cfg, embedder=minilm))
-    return d
+    return build_curie_index(tmp_path_factory.mktemp("integrity"), minilm)
 
 
 @pytest.fixture
 def idx(base: Path, tmp_path: Path) -> Path:
-    shutil.copytree(base, tmp_path / "w", symlinks=True)
-    return tmp_path / "w" / "idx"
+    return writable_copy(base, tmp_path)
 
 
 @pytest.fixture

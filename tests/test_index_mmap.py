@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graph_index.builder import Components, build_index
 from graph_index.lock import index_lock
 from graph_index.store import IndexData
-from routerag.config import RetrievalConfig, Settings
+from routerag.config import RetrievalConfig
 from routerag.retrieval import Retriever
 
-FIX = Path(__file__).parent / "fixtures"
+from .helpers.curie_index import build_curie_index, writable_copy
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,17 +37,12 @@ def mapped(a: np.ndarray) -> bool:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory, minilm) -> Path:
-    d = tmp_path_factory.mktemp("mmap")
-    cfg = Settings(cache_dir=d / "cache")
-    build_index([FIX / "curie.jsonl"], d / "idx", cfg, openie_results=FIX / "curie_openie.json", progress=False,
-                components=Components(cfg, embedder=minilm))
-    return d
+    return build_curie_index(tmp_path_factory.mktemp("mmap"), minilm)
 
 
 @pytest.fixture
 def idx(base: Path, tmp_path: Path) -> Path:
-    shutil.copytree(base, tmp_path / "w", symlinks=True)
-    return tmp_path / "w" / "idx"
+    return writable_copy(base, tmp_path)
 
 
 def half_mapped(scorer) -> bool:  # noqa: ANN001
