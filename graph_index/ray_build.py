@@ -20,8 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from . import store
+from .atomic import atomic_path
 from .builder import Components, Timer, _assemble
 from .config import BuildConfig
 from .corpus import Passage, load_corpus
@@ -72,9 +71,8 @@ def _write_parquet(path: Path, columns: dict[str, Any]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
-    pq.write_table(pa.table(columns), tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.table(columns), tmp)
 
 
 class _PassageWorker:

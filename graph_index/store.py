@@ -44,6 +44,7 @@ import igraph as ig
 import numpy as np
 
 from . import integrity, versions
+from .atomic import atomic_path
 from .config import DenseIndexConfig, IndexConfig
 from .corpus import Passage, write_jsonl
 from .dense import maybe_to_gpu
@@ -155,19 +156,13 @@ def write_f16(src: Path, dst: Path) -> None:
     """Write the float16 copy of the float32 ``.npy`` at ``src`` to ``dst`` atomically (a temporary sibling, fsync,
     rename), reading ``src`` through a mapping, a chunk at a time."""
     f32 = np.load(src, mmap_mode="r")
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float16)),
-                                                    "fortran_order": False, "shape": tuple(f32.shape)})
-            for lo in range(0, f32.shape[0], F16_CHUNK_ROWS):
-                f.write(np.asarray(f32[lo:lo + F16_CHUNK_ROWS], dtype=np.float16).tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dst)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_path(dst) as tmp, open(tmp, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float16)),
+                                                "fortran_order": False, "shape": tuple(f32.shape)})
+        for lo in range(0, f32.shape[0], F16_CHUNK_ROWS):
+            f.write(np.asarray(f32[lo:lo + F16_CHUNK_ROWS], dtype=np.float16).tobytes())
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def write_manifest(d: Path, manifest: dict[str, Any]) -> None:

@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from graph_index.atomic import write_bytes_atomic
 from graph_index.corpus import CorpusError, load_corpus
 
 from .protocol import Job, JobOp
@@ -45,15 +45,6 @@ def jobs_dir(index: Path) -> Path:
     """Where an index's jobs live: beside it, named after it, like its versions and write lock."""
     index = Path(index).absolute()
     return index.parent / f".{index.name}.jobs"
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class Target:
@@ -108,7 +99,7 @@ class JobRunner:
         folder = jobs_dir(self.targets[index].path)
         folder.mkdir(parents=True, exist_ok=True)
         upload = folder / f"{job.id}{UPLOAD_SUFFIX[kind]}"
-        _write_atomic(upload, body)
+        write_bytes_atomic(upload, body, fsync=True)
         try:
             passages, report = await asyncio.get_running_loop().run_in_executor(None, self._parse, upload)
         except CorpusError as exc:
@@ -131,7 +122,7 @@ class JobRunner:
         job = self._new(index, "delete")
         folder = jobs_dir(self.targets[index].path)
         folder.mkdir(parents=True, exist_ok=True)
-        _write_atomic(folder / f"{job.id}.ids.json", json.dumps(sorted(set(ids))).encode())
+        write_bytes_atomic(folder / f"{job.id}.ids.json", json.dumps(sorted(set(ids))).encode(), fsync=True)
         job.counts = {"requested": len(set(ids))}
         return self._queue(job)
 
@@ -223,7 +214,7 @@ class JobRunner:
     def _save(self, job: Job) -> None:
         folder = jobs_dir(self.targets[job.index].path)
         folder.mkdir(parents=True, exist_ok=True)
-        _write_atomic(folder / f"{job.id}{RECORD}", job.model_dump_json(indent=1).encode())
+        write_bytes_atomic(folder / f"{job.id}{RECORD}", job.model_dump_json(indent=1).encode(), fsync=True)
 
     def _discard_input(self, job: Job) -> None:
         for leftover in jobs_dir(self.targets[job.index].path).glob(f"{job.id}.*"):

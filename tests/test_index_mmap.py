@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from graph_index.atomic import TMP_MARK
 from graph_index.lock import index_lock
 from graph_index.store import IndexData
 from routerag.config import RetrievalConfig
@@ -76,7 +77,7 @@ def test_an_old_index_gets_the_float16_file_on_first_load(idx: Path, minilm) -> 
     assert res[0].docs and half_mapped(r.fact_scorer)
     f16 = np.load(version / "fact_embeddings.f16.npy")
     assert np.array_equal(f16, np.asarray(np.load(version / "fact_embeddings.npy"), dtype=np.float16))
-    assert not [p for p in version.iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in version.iterdir() if TMP_MARK in p.name]
     assert IndexData(idx).verify() == 10  # unrecorded: not required, not checked
 
 

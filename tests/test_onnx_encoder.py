@@ -7,6 +7,7 @@ import logging
 import numpy as np
 import pytest
 
+from graph_index.atomic import TMP_MARK
 from graph_index.config import EmbedderConfig
 from graph_index.embedders import make_embedder
 from graph_index.embedders import onnx_encoder
@@ -39,7 +40,7 @@ def test_export_is_cached(onnx_minilm) -> None:
     mtime = path.stat().st_mtime_ns
     again = onnx_encoder.cached_export(_folder(), path.parent.parent)
     assert again == path and path.stat().st_mtime_ns == mtime
-    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in path.parent.iterdir() if TMP_MARK in p.name]
 
 
 def test_missing_runtime_falls_back(monkeypatch, caplog, tmp_path) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from graph_index.atomic import write_text_atomic
 from routerag.retrieval import Retriever
 from routerag.vocabulary import MODES, Mode
 
@@ -51,7 +52,5 @@ def load_or_measure(out: Path, retriever: Retriever, queries: Sequence[str], k: 
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
     table = measure_cost_table(retriever, queries, k, **kwargs)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(table, indent=2) + "\n")
     return table

@@ -18,12 +18,12 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from ..atomic import atomic_path
 from .base import Embedder
 
 log = logging.getLogger(__name__)
@@ -81,20 +81,13 @@ def export_onnx(folder: Path, target: Path) -> Path:
 
     ids = torch.ones((2, 8), dtype=torch.int64)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp")
-    os.close(fd)
-    try:
-        with torch.no_grad(), warnings.catch_warnings():  # the tracer's notes on the mask arithmetic: harmless here
-            warnings.simplefilter("ignore")
-            torch.onnx.export(MeanPooled(model), (ids, torch.ones_like(ids)), tmp, dynamo=False,
-                              input_names=["input_ids", "attention_mask"], output_names=["embedding"],
-                              dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
-                                            "attention_mask": {0: "batch", 1: "seq"}, "embedding": {0: "batch"}},
-                              opset_version=17)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(target) as tmp, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on the mask arithmetic: harmless here
+        torch.onnx.export(MeanPooled(model), (ids, torch.ones_like(ids)), str(tmp), dynamo=False,
+                          input_names=["input_ids", "attention_mask"], output_names=["embedding"],
+                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
+                                        "attention_mask": {0: "batch", 1: "seq"}, "embedding": {0: "batch"}},
+                          opset_version=17)
     return target
 
 
@@ -120,14 +113,8 @@ def cached_int8(fp32: Path) -> Path:
     if target.is_file():
         return target
     log.info("quantising %s to int8 at %s (once)", fp32, target)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp.onnx")
-    os.close(fd)
-    try:
-        quantize_dynamic(str(fp32), tmp, weight_type=QuantType.QInt8, per_channel=True)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(target, suffix=".onnx") as tmp:
+        quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
     return target
 
 

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from graph_index.atomic import atomic_path, write_text_atomic
+
 from ..vocabulary import MODES
 from .records import DEFINITIONS, RECALL_KS
 
@@ -50,9 +52,7 @@ def write_overview(out_dir: Path, overview: dict[str, Any]) -> None:
 
 def _write(path: Path, text: str) -> None:
     """Write through a temporary file, so a reader never sees half a report."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, text)
 
 
 # -- markdown ---------------------------------------------------------------------------------------------------------
@@ -175,9 +175,8 @@ def _figure(width: float, height: float) -> Any:
 
 
 def _save(fig: Any, path: Path) -> None:
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, format="png", bbox_inches="tight")
-    tmp.replace(path)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", bbox_inches="tight")
 
 
 def plot_accuracy_vs_searches(summaries: Mapping[str, dict[str, Any]], path: Path) -> None:

@@ -11,12 +11,13 @@ Precedence, highest first: flag > environment > TOML file > the policy's card > 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
+
+from graph_index.atomic import write_text_atomic
 
 from ..config import EMBEDDED_POLICY, EMBEDDED_ROUTER, GeneratorConfig, LoopSettings
 from ..vocabulary import ReaderKind, ReaderPrompt
@@ -91,9 +92,7 @@ def read_card(folder: str | Path | None) -> PolicyCard | None:
 def write_card(folder: str | Path, card: PolicyCard) -> Path:
     """Write ``folder/routerag_policy.json`` atomically (a trainer may be killed while saving)."""
     path = Path(folder) / CARD_FILE
-    tmp = path.with_name(f".{CARD_FILE}.tmp-{os.getpid()}")
-    tmp.write_text(card.model_dump_json(indent=2, exclude_defaults=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, card.model_dump_json(indent=2, exclude_defaults=False) + "\n")
     return path
 
 
