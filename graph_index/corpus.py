@@ -172,19 +172,6 @@ def iter_corpus(
                 yield piece
 
 
-def iter_corpus_batches(paths: Iterable[str | Path], report: LoadReport, batch_size: int,
-                        **options: Any) -> Iterator[list[Passage]]:
-    """:func:`iter_corpus` in lists of at most ``batch_size`` passages, for consumers that work a batch at a time."""
-    batch: list[Passage] = []
-    for passage in iter_corpus(paths, report, **options):
-        batch.append(passage)
-        if len(batch) >= batch_size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _fit(passage: Passage, where: str, limit: int, oversize: Oversize) -> list[Passage]:
     """``[passage]`` when it is within ``limit`` characters, else what ``oversize`` says."""
     size = len(passage.title) + len(passage.text)

@@ -58,8 +58,9 @@ class RetrievalConfig(StrictModel):
     """How a local embedding model (the embedded MiniLM) encodes queries: ``onnx`` runs it through ONNX Runtime
     (exported once from the local folder into the cache directory; vectors equal torch's to cosine > 0.9999, a short
     query in ~4 ms instead of ~13 ms on 2 cores), ``onnx-int8`` the same graph quantised per channel (faster still,
-vectors at cosine ~0.99 to torch's: measured for recall in docs/benchmarks.md), ``torch`` in eager sentence-transformers, ``auto`` ONNX where
-    onnxruntime is installed and no GPU is used, torch otherwise (logged). Index builds always use torch."""
+    vectors at cosine ~0.99 to torch's: its recall is in docs/benchmarks.md), ``torch`` in eager
+    sentence-transformers, ``auto`` ONNX where onnxruntime is installed and no GPU is used, torch otherwise (logged).
+    Index builds always use torch."""
     fact_top_k: int = Field(3, ge=0)
     """Facts matched to the query that seed the graph (HippoRAG 2's linking_top_k is 5; with the CPU extractor's
     noisier facts 3 retrieves better on both HotpotQA and PopQA)."""

@@ -158,14 +158,15 @@ def test_a_line_over_the_line_limit_is_located_and_never_held_whole(tmp_path: Pa
     assert [p.title for p in passages] == ["A", "C"] and report.skipped_by_kind == {"oversize": 1}
 
 
-def test_iter_corpus_batches_yields_every_passage_once(tmp_path: Path) -> None:
-    from graph_index.corpus import LoadReport, iter_corpus_batches
+def test_iter_corpus_yields_every_passage_once(tmp_path: Path) -> None:
+    from graph_index.corpus import LoadReport, iter_corpus
 
     f = write(tmp_path / "c.jsonl", "".join(f'{{"title": "T{i}", "text": "text {i}"}}\n' for i in range(10))
               + '{"title": "T0", "text": "text 0"}\n')
     report = LoadReport()
-    batches = list(iter_corpus_batches([f], report, 4))
-    assert [len(b) for b in batches] == [4, 4, 2] and report.records == 11 and report.duplicates == 1
+    passages = list(iter_corpus([f], report))
+    assert [p.title for p in passages] == [f"T{i}" for i in range(10)]
+    assert report.records == 11 and report.duplicates == 1
 
 
 STREAM_PROBE = r"""
