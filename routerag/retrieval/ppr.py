@@ -44,6 +44,20 @@ def chebyshev_steps(damping: float, tol: float) -> int:
     return max(1, math.ceil(math.log(tol / 2) / math.log(rho)))
 
 
+def undirected_adjacency(n: int, sources: np.ndarray, targets: np.ndarray, weights: np.ndarray) -> sp.coo_matrix:
+    """The symmetric n × n adjacency of an undirected edge list (each edge once)."""
+    w = np.asarray(weights, dtype=np.float64)
+    return sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([sources, targets]),
+                                                   np.concatenate([targets, sources]))), shape=(n, n))
+
+
+def igraph_adjacency(graph, weight: str = "weight") -> sp.coo_matrix:  # noqa: ANN001
+    """The symmetric adjacency of an undirected igraph graph, weighted by the edge attribute ``weight``."""
+    edges = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(-1, 2)
+    weights = np.asarray(graph.es[weight] if graph.ecount() else [], dtype=np.float64)
+    return undirected_adjacency(graph.vcount(), edges[:, 0], edges[:, 1], weights)
+
+
 class PPRSolver:
     """PPR over a fixed graph for many reset vectors at once."""
 
@@ -89,16 +103,11 @@ class PPRSolver:
     def from_edges(cls, n: int, sources: np.ndarray, targets: np.ndarray, weights: np.ndarray,
                    **kwargs) -> PPRSolver:
         """An undirected graph given by its edge list (each edge once)."""
-        w = np.asarray(weights, dtype=np.float64)
-        a = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([sources, targets]),
-                                                     np.concatenate([targets, sources]))), shape=(n, n))
-        return cls(a, **kwargs)
+        return cls(undirected_adjacency(n, sources, targets, weights), **kwargs)
 
     @classmethod
     def from_igraph(cls, graph, weight: str = "weight", **kwargs) -> PPRSolver:  # noqa: ANN001
-        edges = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(-1, 2)
-        weights = np.asarray(graph.es[weight] if graph.ecount() else [], dtype=np.float64)
-        return cls.from_edges(graph.vcount(), edges[:, 0], edges[:, 1], weights, **kwargs)
+        return cls(igraph_adjacency(graph, weight), **kwargs)
 
     def solve(self, reset: np.ndarray | sp.spmatrix, rows: np.ndarray | None = None, *,
               validate: bool = True) -> np.ndarray:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .ppr import igraph_adjacency
+
 
 class PushPPR:
     """Forward-push PPR on a fixed graph; :meth:`solve` takes one sparse reset."""
@@ -43,12 +45,7 @@ class PushPPR:
 
     @classmethod
     def from_igraph(cls, graph, weight: str = "weight", **kwargs) -> PushPPR:  # noqa: ANN001
-        n = graph.vcount()
-        edges = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(-1, 2)
-        w = np.asarray(graph.es[weight] if graph.ecount() else [], dtype=np.float64)
-        a = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([edges[:, 0], edges[:, 1]]),
-                                                     np.concatenate([edges[:, 1], edges[:, 0]]))), shape=(n, n))
-        return cls(a, **kwargs)
+        return cls(igraph_adjacency(graph, weight), **kwargs)
 
     def solve(self, seeds: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, float] | None:
         """Unnormalised estimate ``p`` (length n) and the exact total it is to be divided by, for the reset
@@ -80,8 +77,11 @@ class PushPPR:
             # the edge slots of every frontier vertex, concatenated: start[i] .. stop[i]
             offs = np.repeat(start - np.cumsum(counts) + counts, counts) + np.arange(m)
             targets = indices[offs]
-            np.add.at(q, targets, share[offs] * np.repeat(d * mass, counts)) if m < 64 else \
-                _scatter_add(q, targets, share[offs] * np.repeat(d * mass, counts))
+            spread = share[offs] * np.repeat(d * mass, counts)
+            if m < 64:
+                np.add.at(q, targets, spread)
+            else:
+                _scatter_add(q, targets, spread)
             cand = np.unique(targets)
             frontier = cand[q[cand] >= self.threshold[cand]]
         return p, float(p.sum() + q.sum())
