@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from graph_index.atomic import atomic_path
 from routerag.datasets import DatasetError, GoldPassage, QAItem, load_questions
 from routerag.prompts import DEFAULT_INSTRUCTION, user_message
 
@@ -156,13 +157,11 @@ def prepare(inputs: Sequence[str | Path], out_dir: str | Path, *, split: str = "
     source = data_source or Path(inputs[0]).stem
     parquet = out / f"{split}.parquet"
     jsonl = out / f"{split}.jsonl"
-    tmp = parquet.with_suffix(".parquet.tmp")
-    pq.write_table(pa.Table.from_pylist(to_verl_rows(items, data_source=source, split=split, template=template)), tmp)
-    tmp.replace(parquet)
-    tmp = jsonl.with_suffix(".jsonl.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_path(parquet) as tmp:
+        pq.write_table(pa.Table.from_pylist(to_verl_rows(items, data_source=source, split=split, template=template)),
+                       tmp)
+    with atomic_path(jsonl) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for row in to_local_rows(items):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    tmp.replace(jsonl)
     return {"questions": len(items), "parquet": str(parquet), "jsonl": str(jsonl),
             "with_supporting": sum(bool(it.supporting) for it in items)}
