@@ -105,8 +105,10 @@ def parse_item(row: Any, default_id: str = "") -> QAItem:
     if not answers:
         raise DatasetError("no gold answer ('answers', 'answer' or 'possible_answers')")
     qid = str(row.get("id", row.get("_id", default_id)))
-    return QAItem(id=qid, question=question.strip(), answers=answers, supporting=_supporting(row),
-                  meta={k: row[k] for k in ("type", "level", "prop") if k in row})
+    meta = {k: row[k] for k in ("type", "level", "prop") if k in row}
+    if isinstance(row.get("supporting_facts"), list) or "question_decomposition" in row:
+        meta["multi_hop"] = True  # every supporting passage is needed (unlike PopQA's subject and object pages)
+    return QAItem(id=qid, question=question.strip(), answers=answers, supporting=_supporting(row), meta=meta)
 
 
 def _answers(row: dict) -> list[str]:

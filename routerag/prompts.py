@@ -132,6 +132,9 @@ FOUND_THOUGHTS = ("The answer is in Doc {n}.", "Doc {n} answers it.")
 """The warm start's last thought names the document that holds the answer instead of quoting it: a 135M policy
 trained to write ``<title> says: "<sentence>"`` looped on that template under greedy decoding (docs/training.md),
 while a document number is one token it cannot get stuck in."""
+COMBINED_THOUGHTS = ("Together the documents answer it.", "Both searches together answer it.")
+"""The last thought of a multi-hop warm-start trajectory whose answer no single document spells out (a comparison's
+"yes"), once every supporting passage was retrieved."""
 GUESS_THOUGHTS = ("The documents do not say it directly.", "I did not find it stated; my best guess follows.")
 REFUSE_THOUGHT = "None of the documents gives the answer."
 """The thought before a warm-start refusal (``--refusals``), one short sentence."""

@@ -37,8 +37,9 @@ from routerag.policy.card import PolicyCard
 from routerag.policy.citations import split_sentences
 from routerag.policy.loop import information_block
 from routerag.policy.tokens import TokenCounter
-from routerag.prompts import (DEFAULT_INSTRUCTION, FIRST_THOUGHTS, FOUND_THOUGHTS, GUESS_THOUGHTS, NEXT_THOUGHTS,
-                              REFUSAL_INSTRUCTION, REFUSE_MARKER, REFUSE_THOUGHT, SEARCH_TAGS, user_message)
+from routerag.prompts import (COMBINED_THOUGHTS, DEFAULT_INSTRUCTION, FIRST_THOUGHTS, FOUND_THOUGHTS, GUESS_THOUGHTS,
+                              NEXT_THOUGHTS, REFUSAL_INSTRUCTION, REFUSE_MARKER, REFUSE_THOUGHT, SEARCH_TAGS,
+                              user_message)
 from routerag.retrieval import RetrievalResult, RetrievedDoc
 from routerag.vocabulary import Mode
 
@@ -85,6 +86,8 @@ def retrieval_plan(item: QAItem, results: dict[str, RetrievalResult], rng: rando
     works for which kind of question, and when to search again."""
     first = label if label in results else rng.choice(sorted(results))
     plan = [PlannedSearch(first, item.question, list(results[first].docs))]  # type: ignore[arg-type]
+    if is_multi_hop(item):  # the next search looks for a missing hop (follow_up), not the same question again
+        return plan
     if answer_span(results[first].docs, item.answers) is None:
         others = [m for m in sorted(results) if m != first and answer_span(results[m].docs, item.answers)]
         if others:
@@ -93,6 +96,43 @@ def retrieval_plan(item: QAItem, results: dict[str, RetrievalResult], rng: rando
     return plan
 
 
+FOLLOW_UP_MODES: tuple[Mode, ...] = ("passage", "graph", "hybrid")
+"""The order in which a follow-up search's mode is chosen: the cheapest first (per-search costs in
+docs/training.md: a title finds its own page by dense search alone in most cases)."""
+
+
+def is_multi_hop(item: QAItem) -> bool:
+    """Whether every supporting passage is needed to answer (HotpotQA's supporting facts, MuSiQue's hops), as the
+    data set marks it (:func:`routerag.datasets.parse_item`); PopQA's object page is marked supporting but is not
+    needed."""
+    return bool(item.meta.get("multi_hop"))
+
+
+def missing_support(item: QAItem, plan: Sequence[PlannedSearch]) -> list[str]:
+    """Titles of the item's supporting passages that no search of ``plan`` returned, in the data set's order."""
+    seen = {" ".join(d.title.split()).lower() for step in plan for d in step.docs}
+    return [g.title for g in item.supporting if " ".join(g.title.split()).lower() not in seen]
+
+
+def next_hop(item: QAItem, plan: Sequence[PlannedSearch], budget: int) -> str | None:
+    """The query of a multi-hop trajectory's next search: the title of the first supporting passage not yet
+    retrieved (the bridge entity, or the other side of a comparison), while the budget allows; else None."""
+    if not is_multi_hop(item) or not plan or len(plan) >= budget:
+        return None
+    missing = missing_support(item, plan)
+    return missing[0] if missing else None
+
+
+def follow_up(plan: list[PlannedSearch], query: str, results: dict[str, RetrievalResult]) -> list[PlannedSearch]:
+    """``plan`` with one more search for ``query`` (a missing hop's title), in the first mode of
+    :data:`FOLLOW_UP_MODES` whose documents include that page; unchanged when no mode finds it (a search that
+    does not find its page teaches nothing)."""
+    key = " ".join(query.split()).lower()
+    for mode in FOLLOW_UP_MODES:
+        docs = list(results[mode].docs) if mode in results else []
+        if any(" ".join(d.title.split()).lower() == key for d in docs):
+            return [*plan, PlannedSearch(mode, query, docs)]
+    return plan
 
 
 def answer_span(docs: Sequence[RetrievedDoc], golds: Sequence[str]) -> tuple[RetrievedDoc, str, str] | None:
@@ -130,6 +170,12 @@ def found_answer(item: QAItem, plan: Sequence[PlannedSearch], counter: TokenCoun
                         for d in seen], item.answers)
 
 
+def covers_support(item: QAItem, plan: Sequence[PlannedSearch]) -> bool:
+    """A multi-hop trajectory that retrieved every supporting passage: it answers even where no document spells
+    the answer out (a comparison's "yes"), instead of refusing."""
+    return is_multi_hop(item) and bool(item.supporting) and not missing_support(item, plan)
+
+
 def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, rng: random.Random, *,
                   template: str = DEFAULT_INSTRUCTION,
                   max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],
@@ -161,6 +207,8 @@ def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, r
         doc, _, answer = found
         n = next(j for step in plan for j, d in enumerate(step.docs, 1) if d.id == doc.id)
         turn = f"<think>{rng.choice(FOUND_THOUGHTS).format(n=n)}</think>\n<answer> {answer} </answer>"
+    elif covers_support(item, plan):  # a comparison's "yes", or an answer no document spells out
+        turn = f"<think>{rng.choice(COMBINED_THOUGHTS)}</think>\n<answer> {item.answers[0]} </answer>"
     elif refuse:
         turn = f"<think>{REFUSE_THOUGHT}</think>\n<answer> {REFUSE_MARKER} </answer>"
     else:

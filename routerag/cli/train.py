@@ -151,14 +151,18 @@ def sft_cmd(
     plan: Annotated[str, typer.Option(help="gold: the gold passages as if retrieved, random modes (format only); "
                                            "retrieval: what the retriever returns for the question, in the labelled "
                                            "mode (--routes-from) or a random one.")] = "gold",
-    routes_from: Annotated[Optional[Path], typer.Option(
-        help="A `routerag eval --modes naive-passage,naive-graph,naive-hybrid` folder of these questions: each "
-             "question's first search uses the mode whose documents served the reader best (implies --plan "
-             "retrieval).")] = None,
+    routes_from: Annotated[Optional[list[Path]], typer.Option(
+        help="A `routerag eval --modes naive-passage,naive-graph,naive-hybrid` folder of these questions (repeat "
+             "for several question files): each question's first search uses the mode whose documents served the "
+             "reader best; a multi-hop question (HotpotQA's supporting facts) searches next for the title of a "
+             "supporting page the first search missed (implies --plan retrieval).")] = None,
     refusals: Annotated[bool, typer.Option(
         "--refusals", help="A question whose answer none of the retrieved documents holds ends with a refusal "
                            "(an answer that is the refusal marker, refuse in square brackets) instead of a guess, under an instruction that states the "
                            "convention, recorded in the policy card (implies --plan retrieval).")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Build the examples, print their counts and write them to OUT/warm_start_examples.jsonl; "
+                          "train nothing.")] = False,
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -169,8 +173,8 @@ def sft_cmd(
 
     from training.data import load_training_items, routing_labels
     from training.models import load_policy
-    from training.sft import (build_example, found_answer, gold_documents, gold_plan, refusal_template,
-                              retrieval_plan, train_sft)
+    from training.sft import (build_example, covers_support, follow_up, found_answer, gold_documents, gold_plan,
+                              next_hop, refusal_template, retrieval_plan, train_sft)
 
     from ..policy.card import card_for, training_policy, write_card
     from ..policy.tokens import TokenCounter
@@ -178,13 +182,13 @@ def sft_cmd(
 
     if plan not in ("gold", "retrieval"):
         raise ValueError("--plan must be gold or retrieval")
-    plan = "retrieval" if routes_from is not None or refusals else plan
+    plan = "retrieval" if routes_from or refusals else plan
     configure_threads()
     settings = load_settings(Settings, config, train={"model": model})
     policy = training_policy(settings)  # the loop (and prompt) the policy will run with, recorded in its card
     if refusals:  # the instruction must state the convention, and the card must carry that instruction
         policy = dataclasses.replace(policy, template=refusal_template(policy.template))
-    labels = routing_labels(routes_from) if routes_from is not None else {}
+    labels = {qid: mode for folder in routes_from or [] for qid, mode in routing_labels(folder).items()}
     items = [it for q in questions for it in load_training_items(q, limit=limit)]
     rng = random.Random(settings.train.seed)
     k, info = policy.loop["k"], policy.loop["max_information_tokens"]
@@ -202,23 +206,41 @@ def sft_cmd(
         results = {m: retriever.search([it.question for it in items], mode=m, k=k) for m in MODES}
         plans = [retrieval_plan(it, {m: results[m][i] for m in MODES}, rng, labels.get(it.id))
                  for i, it in enumerate(items)]
+        hops = [(i, q) for i, (it, pl) in enumerate(zip(items, plans)) if (q := next_hop(it, pl, policy.loop["budget"]))]
+        if hops:  # multi-hop questions: one more search, for a supporting page the first search missed, by title
+            found = {m: retriever.search([q for _, q in hops], mode=m, k=k) for m in MODES}
+            for j, (i, q) in enumerate(hops):
+                plans[i] = follow_up(plans[i], q, {m: found[m][j] for m in MODES})
     model_, tok = load_policy(settings.train)
-    examples = [ex for it, pl in zip(items, plans)
-                if (ex := build_example(it, pl, tok, rng, template=policy.template, max_information_tokens=info, k=k,
-                                        refuse=refusals))]
+    built = [(it, pl, ex) for it, pl in zip(items, plans)
+             if (ex := build_example(it, pl, tok, rng, template=policy.template, max_information_tokens=info, k=k,
+                                     refuse=refusals))]
+    examples = [ex for _, _, ex in built]
     if not examples:
         raise ValueError("no usable examples: the questions need answers (and, for --plan gold, supporting passages "
                          "found in the index)")
     counter = TokenCounter(tok)
-    refused = (sum(1 for it, pl in zip(items, plans) if pl and it.answers
+    refused = (sum(1 for it, pl in zip(items, plans) if pl and it.answers and not covers_support(it, pl)
                    and found_answer(it, pl, counter, max_information_tokens=info, k=k) is None) if refusals else 0)
     first = [pl[0].mode for pl in plans if pl]
+    second = [pl[1].mode for pl in plans if len(pl) > 1]
     console.print(f"{len(examples)} warm-start examples from {len(items)} questions ({plan} plan; first searches: "
                   + ", ".join(f"{m} {first.count(m)}" for m in MODES)
+                  + "; second searches: " + ", ".join(f"{m} {second.count(m)}" for m in MODES)
                   + (f"; {len(labels)} routing labels" if labels else "")
                   + (f"; {refused} end with a refusal" if refusals else "") + ")")
+    if dry_run:  # the data only, to read before an hour of training
+        from graph_index.atomic import write_text_atomic
+
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out / "warm_start_examples.jsonl", "".join(
+            json.dumps({"id": it.id, "type": it.meta.get("type") or it.meta.get("prop"),
+                        "searches": [[p.mode, p.query] for p in pl], "text": tok.decode(ex.ids)}) + "\n"
+            for it, pl, ex in built))
+        console.print(f"dry run: examples in {out / 'warm_start_examples.jsonl'}; nothing trained")
+        return
     card = card_for(policy, {"by": "routerag train-sft", "model": settings.train.model, "plan": plan,
-                             "routes_from": str(routes_from) if routes_from else None, "refusals": refusals,
+                             "routes_from": [str(p) for p in routes_from] if routes_from else None, "refusals": refusals,
                              "refusal_examples": refused, "examples": len(examples), "epochs": epochs, "lr": lr})
     hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr, card=card, seed=settings.train.seed)
     folder = out / "adapter"
