@@ -49,15 +49,16 @@ class QAItem:
             return None
         top = retrieved[:k]
         hashes = {h for _, h in top}
-        titles = {_title_key(t) for t, _ in top}
+        titles = {title_key(t) for t, _ in top}
         found = 0
         for g in self.supporting:
             h = g.hash
-            found += (h in hashes) if h is not None else (_title_key(g.title) in titles)
+            found += (h in hashes) if h is not None else (title_key(g.title) in titles)
         return found / len(self.supporting)
 
 
-def _title_key(title: str) -> str:
+def title_key(title: str) -> str:
+    """A title as gold passages are matched by it: whitespace collapsed, case folded."""
     return " ".join(title.split()).lower()
 
 

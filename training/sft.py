@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from routerag.config import LOOP_DEFAULTS
-from routerag.datasets import QAItem
+from routerag.datasets import QAItem, title_key
 from routerag.policy.card import PolicyCard
 from routerag.policy.citations import split_sentences
 from routerag.policy.loop import information_block
@@ -110,8 +110,8 @@ def is_multi_hop(item: QAItem) -> bool:
 
 def missing_support(item: QAItem, plan: Sequence[PlannedSearch]) -> list[str]:
     """Titles of the item's supporting passages that no search of ``plan`` returned, in the data set's order."""
-    seen = {" ".join(d.title.split()).lower() for step in plan for d in step.docs}
-    return [g.title for g in item.supporting if " ".join(g.title.split()).lower() not in seen]
+    seen = {title_key(d.title) for step in plan for d in step.docs}
+    return [g.title for g in item.supporting if title_key(g.title) not in seen]
 
 
 def next_hop(item: QAItem, plan: Sequence[PlannedSearch], budget: int) -> str | None:
@@ -127,10 +127,10 @@ def follow_up(plan: list[PlannedSearch], query: str, results: dict[str, Retrieva
     """``plan`` with one more search for ``query`` (a missing hop's title), in the first mode of
     :data:`FOLLOW_UP_MODES` whose documents include that page; unchanged when no mode finds it (a search that
     does not find its page teaches nothing)."""
-    key = " ".join(query.split()).lower()
+    key = title_key(query)
     for mode in FOLLOW_UP_MODES:
         docs = list(results[mode].docs) if mode in results else []
-        if any(" ".join(d.title.split()).lower() == key for d in docs):
+        if any(title_key(d.title) == key for d in docs):
             return [*plan, PlannedSearch(mode, query, docs)]
     return plan
 
