@@ -45,7 +45,7 @@ EMBED_CHUNK = 1024
 """Texts per embedding call: the stage's one progress bar advances this often (and the cache is written)."""
 BATCH_PASSAGES = 4096
 """Passages a build reads, extracts, embeds and writes at a time (fewer when :data:`BATCH_CHARS` is reached)."""
-BATCH_CHARS = 32 * 2**20
+BATCH_CHARS = 8 * 2**20
 """Characters of passage text a build batch holds at most (unless one passage alone is longer)."""
 
 
