@@ -2,7 +2,7 @@
 
     python benchmarks/build_memory.py corpus OUT.jsonl --mb 200            # a synthetic corpus of long passages
     python benchmarks/build_memory.py run CORPUS.jsonl OUT_DIR [--batch-chars N] [--json result.json]
-    python benchmarks/build_memory.py compare --old /tmp/old-build --mb 50 200 [--json results.json]
+    python benchmarks/build_memory.py compare --old /tmp/old-build --mb 50 200 [--passage-kb 20] [--json results.json]
 
 ``run`` builds CORPUS through the real :func:`graph_index.builder.build_index` (real corpus reading, cache, file
 writes, graph, FAISS, atomic publish) in this process and prints its peak RSS (``ru_maxrss``) before and after the
@@ -48,7 +48,7 @@ FILLER = ("the of and a to in is was for on that with as by at from his her whic
 
 def make_corpus(path: Path, mb: float, passage_kb: int = 20, seed: int = 0) -> dict[str, int]:
     """A JSONL corpus of about ``mb`` MB: passages of about ``passage_kb`` KB, each made unique by its number, drawn
-    from 64 blocks of text over a vocabulary of 40 names and 40 filler words."""
+    from 64 blocks of text over a vocabulary of 40 names and 41 filler words."""
     rng = np.random.default_rng(seed)
     words = 1000
     blocks = []
@@ -130,12 +130,12 @@ def run(corpus: Path, out: Path, batch_chars: int | None) -> dict:
             "streaming": hasattr(builder, "BATCH_PASSAGES"), "timings_s": manifest["timings_s"]}
 
 
-def compare(old: Path, sizes: list[float], work: Path) -> list[dict]:
+def compare(old: Path, sizes: list[float], work: Path, passage_kb: int = 20) -> list[dict]:
     rows = []
     for mb in sizes:
         corpus = work / f"corpus-{mb:g}mb.jsonl"
         if not corpus.exists():
-            make_corpus(corpus, mb)
+            make_corpus(corpus, mb, passage_kb)
         for label, tree in (("old", old), ("new", ROOT)):
             env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
             res = subprocess.run([sys.executable, str(HERE), "run", str(corpus), str(work / f"idx-{label}-{mb:g}")],
@@ -162,6 +162,7 @@ def main() -> None:
     m = sub.add_parser("compare")
     m.add_argument("--old", type=Path, required=True, help="a checkout whose graph_index is the code to compare to")
     m.add_argument("--mb", type=float, nargs="+", default=[50, 200])
+    m.add_argument("--passage-kb", type=int, default=20)
     m.add_argument("--work", type=Path, default=None, help="where corpora and indexes go (default: a temp dir)")
     for p in (r, m):
         p.add_argument("--json", type=Path, default=None)
@@ -174,7 +175,7 @@ def main() -> None:
         print(json.dumps(result))
     else:
         with tempfile.TemporaryDirectory(dir=args.work) as work:
-            result = compare(args.old, args.mb, Path(work))
+            result = compare(args.old, args.mb, Path(work), args.passage_kb)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 
