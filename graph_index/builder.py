@@ -1,8 +1,11 @@
 """``routerag build-graph`` and ``routerag index add|delete``: corpus → OpenIE → embeddings → graph → index dir.
 
-A full build and an incremental update go through the same :func:`_assemble`, which derives the whole index from
-(passages, per-passage OpenIE): the expensive inputs — extraction and embeddings — are reused from the previous
-index and the cache, so an update costs only its new passages, and its result equals a full rebuild.
+A full build and an incremental update go through the same :func:`_write_index`, which derives the whole index from
+(passages, per-passage OpenIE) handed over in batches: the expensive inputs — extraction and embeddings — are
+reused from the previous index and the cache, so an update costs only its new passages, and its result equals a
+full rebuild. A build streams its corpus: a counting pass first (a bad record fails before any model runs), then
+batches of passages are read, extracted, embedded and appended to the index's files, so its memory holds what the
+graph needs (names, facts, mentions, ids) and one batch of text, never the whole corpus's.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ import logging
 import platform
 import resource
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -25,10 +28,10 @@ from tqdm.auto import tqdm
 from . import store
 from .cache import DiskCache
 from .config import BuildConfig
-from .corpus import CorpusError, LoadReport, Passage, load_corpus
+from .corpus import CorpusError, LoadReport, Passage, count_corpus, iter_corpus, load_corpus
 from .dense import build_dense_index, describe
 from .embedders import CachedEmbedder, Embedder, embedder_identity, make_embedder
-from .graph import build_graph, collect_content, fact_text, graph_stats
+from .graph import ContentCollector, build_graph, fact_text, graph_stats
 from .lock import DEFAULT_LOCK_TIMEOUT_S
 from .openie import Extractor, OpenIEResult, make_extractor, run_extraction
 from .openie.base import ExtractionStats
@@ -40,6 +43,10 @@ log = logging.getLogger(__name__)
 CACHE_FILE = "cache.sqlite"
 EMBED_CHUNK = 1024
 """Texts per embedding call: the stage's one progress bar advances this often (and the cache is written)."""
+BATCH_PASSAGES = 4096
+"""Passages a build reads, extracts, embeds and writes at a time (fewer when :data:`BATCH_CHARS` is reached)."""
+BATCH_CHARS = 8 * 2**20
+"""Characters of passage text a build batch holds at most (unless one passage alone is longer)."""
 
 
 @dataclass(slots=True)
@@ -92,9 +99,14 @@ def build_index(
     progress: bool = True,
     components: Components | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
+    batch_passages: int = BATCH_PASSAGES,
+    batch_chars: int = BATCH_CHARS,
 ) -> dict[str, Any]:
     """Build an index over ``corpus_paths`` into ``out`` and return its manifest.
 
+    The corpus is read twice, streamed (:func:`~graph_index.corpus.iter_corpus`): once to count and check it, then
+    in batches of ``batch_passages`` passages (or ``batch_chars`` characters) that are extracted, embedded and
+    written before the next is read. The index does not depend on the batch sizes.
     Holds ``out``'s write lock throughout (waiting at most ``lock_timeout`` s for another writer)."""
     out = Path(out)
     if out.exists() and not force:
@@ -104,13 +116,44 @@ def build_index(
             raise FileExistsError(f"{out} already exists; pass --force to replace it")
         comp = components or Components(cfg)
         timer = Timer()
+        options = cfg.corpus.model_dump()
         with timer("load"):
-            passages, report = load_corpus(corpus_paths, **cfg.corpus.model_dump())
+            n, _ = count_corpus(corpus_paths, **options)
             preset = load_openie_results(openie_results) if openie_results else None
-        results, ostats = _extract(comp, passages, preset, timer, progress)
-        return _assemble(passages, results, comp, out, timer, previous=None, force=force, progress=progress,
-                         op={"op": "build", "corpus": [str(p) for p in corpus_paths], "added": len(passages)},
-                         report=report, ostats=ostats)
+        report, ostats = LoadReport(), ExtractionStats()
+        passages = iter_corpus(corpus_paths, report, **options)
+        batches = _extracted(comp, _batched(passages, batch_passages, batch_chars, timer), n, preset, ostats, timer,
+                             progress)
+        return _write_index(batches, n, comp, out, timer, previous=None, force=force, progress=progress,
+                            op={"op": "build", "corpus": [str(p) for p in corpus_paths], "added": n},
+                            report=report, ostats=ostats)
+
+
+def _batched(passages: Iterator[Passage], size: int, chars: int, timer: Timer) -> Iterator[list[Passage]]:
+    """``passages`` in lists of at most ``size`` passages and ``chars`` characters (reading counts as ``load``)."""
+    while True:
+        batch: list[Passage] = []
+        held = 0
+        with timer("load"):
+            for p in passages:
+                batch.append(p)
+                held += len(p.title) + len(p.text)
+                if len(batch) >= size or held >= chars:
+                    break
+        if not batch:
+            return
+        yield batch
+
+
+def _extracted(comp: Components, batches: Iterator[list[Passage]], n: int, preset: dict[str, OpenIEResult] | None,
+               stats: ExtractionStats, timer: Timer, progress: bool
+               ) -> Iterator[tuple[list[Passage], list[OpenIEResult]]]:
+    """Each batch with its OpenIE (imported, cached or extracted; ``stats`` counts them), under one bar of ``n``."""
+    with tqdm(total=n, desc="OpenIE", unit="passage", disable=not progress, leave=False) as bar:
+        for batch in batches:
+            with timer("openie"):
+                results, _ = _extract(comp, batch, preset, stats=stats, bar=bar)
+            yield batch, results
 
 
 def add_to_index(
@@ -134,7 +177,8 @@ def add_to_index(
             if clash:
                 raise CorpusError(f"ids already in the index with different content: {', '.join(sorted(clash)[:10])}")
             preset = load_openie_results(openie_results) if openie_results else None
-        new_results, ostats = _extract(comp, new, preset, timer, progress)
+        with timer("openie"):
+            new_results, ostats = _extract(comp, new, preset, progress=progress)
         return _assemble(old + new, prev.openie + new_results, comp, prev.root, timer, previous=prev, force=True,
                          progress=progress, report=report, ostats=ostats,
                          op={"op": "add", "corpus": [str(p) for p in corpus_paths], "added": len(new)})
@@ -187,12 +231,14 @@ def config_for_update(prev: store.IndexData, cfg: BuildConfig | None) -> BuildCo
     return merged
 
 
-def _extract(comp: Components, passages: list[Passage], preset: dict[str, OpenIEResult] | None, timer: Timer,
-             progress: bool) -> tuple[list[OpenIEResult], ExtractionStats]:
-    with timer("openie"):
-        need_extractor = any(preset is None or p.hash not in preset for p in passages)
-        extractor = comp.get_extractor() if need_extractor else None
-        return run_extraction(extractor, passages, cache=comp.cache, preset=preset, progress=progress)
+def _extract(comp: Components, passages: list[Passage], preset: dict[str, OpenIEResult] | None, *,
+             progress: bool = False, stats: ExtractionStats | None = None, bar: tqdm | None = None
+             ) -> tuple[list[OpenIEResult], ExtractionStats]:
+    """OpenIE of ``passages``; the extractor is loaded only when some passage has no imported result."""
+    need_extractor = any(preset is None or p.hash not in preset for p in passages)
+    extractor = comp.get_extractor() if need_extractor else None
+    return run_extraction(extractor, passages, cache=comp.cache, preset=preset, progress=progress, stats=stats,
+                          bar=bar)
 
 
 def _reuse_or_embed(
@@ -202,11 +248,13 @@ def _reuse_or_embed(
     known: dict[Any, np.ndarray],
     desc: str,
     progress: bool,
+    bar: tqdm | None = None,
 ) -> np.ndarray:
     """Rows for ``keys``: from ``known`` (a previous index) where present, else embedded.
 
-    One progress bar covers the whole stage (reused rows count as done): the texts are sorted by length once, so
-    the chunks pad little, and embedded :data:`EMBED_CHUNK` at a time with the embedder's own bars off.
+    One progress bar covers the whole stage (reused rows count as done; ``bar``: the caller's, when the stage runs
+    batch by batch): the texts are sorted by length once, so the chunks pad little, and embedded
+    :data:`EMBED_CHUNK` at a time with the embedder's own bars off.
     """
     out = np.empty((len(keys), emb.dim), dtype=np.float32)
     missing = []
@@ -216,12 +264,15 @@ def _reuse_or_embed(
             missing.append(i)
         else:
             out[i] = v
+    if bar is not None:
+        bar.update(len(keys) - len(missing))
     if not missing:
         return out
     todo = texts(missing)
     order = sorted(range(len(todo)), key=lambda j: len(todo[j]))
-    with tqdm(total=len(keys), initial=len(keys) - len(missing), desc=f"embed {desc}", unit="text",
-              disable=not progress, leave=False) as bar:
+    with (nullcontext(bar) if bar is not None else
+          tqdm(total=len(keys), initial=len(keys) - len(missing), desc=f"embed {desc}", unit="text",
+               disable=not progress, leave=False)) as bar:
         for start in range(0, len(order), EMBED_CHUNK):
             part = order[start:start + EMBED_CHUNK]
             out[[missing[j] for j in part]] = emb.encode([todo[j] for j in part], progress=False)
@@ -244,14 +295,37 @@ def _assemble(
     ostats: ExtractionStats | None,
     known: tuple[dict[Any, np.ndarray], dict[Any, np.ndarray], dict[Any, np.ndarray]] | None = None,
 ) -> dict[str, Any]:
-    """Everything after extraction: embeddings (reusing a previous version's rows, and ``known`` rows computed
-    elsewhere: passage hash, entity, fact → vector, as a distributed build hands them over), synonymy, the graph,
-    the dense index, and the atomic write."""
+    """:func:`_write_index` of passages and their OpenIE held in lists (an update, the Ray build's assembly)."""
+    return _write_index([(passages, results)], len(passages), comp, out, timer, previous=previous, force=force,
+                        progress=progress, op=op, report=report, ostats=ostats, known=known)
+
+
+def _write_index(
+    batches: Iterable[tuple[list[Passage], list[OpenIEResult]]],
+    n: int,
+    comp: Components,
+    out: Path,
+    timer: Timer,
+    *,
+    previous: store.IndexData | None,
+    force: bool,
+    progress: bool,
+    op: dict[str, Any],
+    report: LoadReport | None,
+    ostats: ExtractionStats | None,
+    known: tuple[dict[Any, np.ndarray], dict[Any, np.ndarray], dict[Any, np.ndarray]] | None = None,
+) -> dict[str, Any]:
+    """Everything after extraction, into a new version of ``out``: the ``n`` passages of ``batches`` (with their
+    OpenIE) are embedded and written to the version's files a batch at a time, keeping only what the graph needs;
+    then the entity and fact embeddings, synonymy, the graph, the dense index, and the atomic publish.
+
+    Embeddings are reused from a previous version's rows and from ``known`` rows computed elsewhere (passage hash,
+    entity, fact → vector, as a distributed build hands them over). ``report`` and ``ostats`` may still be filling
+    while ``batches`` runs: they are read once it is done."""
     cfg = comp.cfg
     with timer("models"):
         emb = comp.get_embedder()
         dim = emb.dim
-    content = collect_content(passages, results, cfg.graph)
     prev_p: dict[Any, np.ndarray] = {}
     prev_e: dict[Any, np.ndarray] = {}
     prev_f: dict[Any, np.ndarray] = {}
@@ -261,73 +335,94 @@ def _assemble(
         prev_f = {f: previous.fact_emb[j] for j, f in enumerate(previous.facts)}
     if known is not None:
         prev_p, prev_e, prev_f = {**prev_p, **known[0]}, {**prev_e, **known[1]}, {**prev_f, **known[2]}
-    with timer("embed_passages"):
-        passage_emb = _reuse_or_embed(emb, [p.hash for p in passages], lambda idx: [passages[i].content for i in idx],
-                                      prev_p, "passages", progress)
-    with timer("embed_entities"):
-        entity_emb = _reuse_or_embed(emb, content.entities, lambda idx: [content.entities[i] for i in idx],
-                                     prev_e, "entities", progress)
-    with timer("embed_facts"):
-        fact_emb = _reuse_or_embed(emb, content.facts, lambda idx: [fact_text(content.facts[i]) for i in idx],
-                                   prev_f, "facts", progress)
-    with timer("synonymy"):
-        selections, syn_stats = select_synonyms(
-            content.entities, entity_emb, cfg.graph,
-            previous=previous.synonyms if previous is not None else None,
-            previous_keys=set(previous.entities) if previous is not None else None)
-        syn = synonym_edges(selections)
-    with timer("graph"):
-        graph = build_graph(passages, content, syn, cfg.graph)
-        stats = graph_stats(graph)
-        entity_passages = content.entity_passage_counts()
-    with timer("dense_index"):
-        dense = build_dense_index(passage_emb, cfg.dense)
-    counts = {
-        "passages": len(passages),
-        "entities": len(content.entities),
-        "facts": len(content.facts),
-        "synonymy_edges": len(syn),
-        **{k: v for k, v in stats.items() if k not in ("passage_nodes", "entity_nodes")},
-    }
-    history = list(previous.manifest.get("history", [])) if previous is not None else []
-    history.append({**op, "at": _now(), "passages": len(passages)})
-    manifest: dict[str, Any] = {
-        "format": store.FORMAT,
-        "format_version": store.FORMAT_VERSION,
-        "created": previous.manifest["created"] if previous is not None else _now(),
-        "updated": _now(),
-        "embedder": {"identity": emb.identity, "dim": dim},
-        "extractor": {"identity": _extractor_identity(comp, results)},
-        "dense_index": describe(dense),
-        "config": cfg.recorded(),
-        "counts": counts,
-        "corpus": _corpus_summary(report),
-        "openie": _openie_summary(ostats, results),
-        "synonymy": {"recomputed_entities": syn_stats.recomputed},
-        "embedding_cache": {"hits": emb.hits, "misses": emb.misses},
-        "timings_s": {},
-        "versions": _versions(),
-        "history": history,
-    }
-    t0 = time.perf_counter()
+    t_write = 0.0
     with store.atomic_directory(out, force=force) as tmp:
+        collector = ContentCollector(cfg.graph)
+        passage_ids: list[str] = []
+        sources: set[str] = set()
+        failed = 0
+        with (store.PassageFiles(tmp, n, dim) as files,
+              tqdm(total=n, desc="embed passages", unit="text", disable=not progress, leave=False) as bar):
+            for passages, results in batches:
+                with timer("embed_passages"):
+                    passage_emb = _reuse_or_embed(emb, [p.hash for p in passages],
+                                                  lambda idx: [passages[i].content for i in idx],  # noqa: B023
+                                                  prev_p, "passages", progress, bar=bar)
+                t0 = time.perf_counter()
+                files.append(passages, results, passage_emb)
+                t_write += time.perf_counter() - t0
+                with timer("graph"):
+                    collector.add(passages, results)
+                passage_ids.extend(p.id for p in passages)
+                sources.update(r.source for r in results if r.source)
+                failed += sum(not r.ok for r in results)
+        del prev_p
+        with timer("graph"):
+            content = collector.finish()
+            del collector
+        with timer("embed_entities"):
+            entity_emb = _reuse_or_embed(emb, content.entities, lambda idx: [content.entities[i] for i in idx],
+                                         prev_e, "entities", progress)
+        with timer("embed_facts"):
+            fact_emb = _reuse_or_embed(emb, content.facts, lambda idx: [fact_text(content.facts[i]) for i in idx],
+                                       prev_f, "facts", progress)
+        with timer("synonymy"):
+            selections, syn_stats = select_synonyms(
+                content.entities, entity_emb, cfg.graph,
+                previous=previous.synonyms if previous is not None else None,
+                previous_keys=set(previous.entities) if previous is not None else None)
+            syn = synonym_edges(selections)
+        with timer("graph"):
+            graph = build_graph(passage_ids, content, syn, cfg.graph)
+            stats = graph_stats(graph)
+            entity_passages = content.entity_passage_counts()
+        with timer("dense_index"):
+            dense = build_dense_index(np.load(tmp / store.PASSAGE_EMB, mmap_mode="r"), cfg.dense)
+        counts = {
+            "passages": n,
+            "entities": len(content.entities),
+            "facts": len(content.facts),
+            "synonymy_edges": len(syn),
+            **{k: v for k, v in stats.items() if k not in ("passage_nodes", "entity_nodes")},
+        }
+        history = list(previous.manifest.get("history", [])) if previous is not None else []
+        history.append({**op, "at": _now(), "passages": n})
+        manifest: dict[str, Any] = {
+            "format": store.FORMAT,
+            "format_version": store.FORMAT_VERSION,
+            "created": previous.manifest["created"] if previous is not None else _now(),
+            "updated": _now(),
+            "embedder": {"identity": emb.identity, "dim": dim},
+            "extractor": {"identity": _extractor_identity(comp, sources)},
+            "dense_index": describe(dense),
+            "config": cfg.recorded(),
+            "counts": counts,
+            "corpus": _corpus_summary(report),
+            "openie": _openie_summary(ostats, failed),
+            "synonymy": {"recomputed_entities": syn_stats.recomputed},
+            "embedding_cache": {"hits": emb.hits, "misses": emb.misses},
+            "timings_s": {},
+            "versions": _versions(),
+            "history": history,
+        }
+        t0 = time.perf_counter()
         store.write_index_files(
-            tmp, manifest=manifest, passages=passages, openie=results, entities=content.entities,
-            entity_passages=entity_passages, facts=content.facts, synonyms=selections, passage_emb=passage_emb,
-            entity_emb=entity_emb, fact_emb=fact_emb, dense=dense, graph=graph)
-        # the write stage's time (checksums included) goes into the manifest before it is written and published
-        timer.seconds["write"] = round(time.perf_counter() - t0, 3)
+            tmp, manifest=manifest, passages=n, entities=content.entities, entity_passages=entity_passages,
+            facts=content.facts, synonyms=selections, entity_emb=entity_emb, fact_emb=fact_emb, dense=dense,
+            graph=graph)
+        # the write stage's time (the per-passage files and checksums included) goes into the manifest before it
+        # is written and published
+        timer.seconds["write"] = round(t_write + time.perf_counter() - t0, 3)
         manifest["timings_s"] = dict(timer.seconds)
         manifest["peak_rss_mb"] = _peak_rss_mb()
         store.write_manifest(tmp, manifest)
     return manifest
 
 
-def _extractor_identity(comp: Components, results: list[OpenIEResult]) -> str:
+def _extractor_identity(comp: Components, sources: set[str]) -> str:
     if comp.extractor is not None:
         return comp.extractor.identity
-    sources = sorted({r.source for r in results if r.source})
-    return ",".join(sources) or "none"
+    return ",".join(sorted(sources)) or "none"
 
 
 def _corpus_summary(report: LoadReport | None) -> dict[str, Any]:
@@ -338,8 +433,8 @@ def _corpus_summary(report: LoadReport | None) -> dict[str, Any]:
             "skipped_examples": report.skipped[:5], "split": report.split}
 
 
-def _openie_summary(stats: ExtractionStats | None, results: list[OpenIEResult]) -> dict[str, Any]:
-    d: dict[str, Any] = {"failed_total": sum(not r.ok for r in results)}
+def _openie_summary(stats: ExtractionStats | None, failed_total: int) -> dict[str, Any]:
+    d: dict[str, Any] = {"failed_total": failed_total}
     if stats is not None:
         d.update({"extracted": stats.extracted, "cached": stats.cached, "imported": stats.imported,
                   "failed": stats.failed})

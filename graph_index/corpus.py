@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, TextIO
 
 
 class CorpusError(ValueError):
@@ -111,17 +111,31 @@ def load_corpus(
     under ``skip_bad``), skipped and counted, or split into passages under the limit. Nothing that long reaches an
     extractor: spaCy refuses texts over 1,000,000 characters and needs about 1 GB of memory per 100,000.
 
-    The list holds every passage (the build needs them all: extraction, embedding and the index's passage table).
-    :func:`iter_corpus` is the same reading without the list.
+    The list holds every passage (what an update and the Ray build's driver take). :func:`iter_corpus` is the
+    same reading without the list, and :func:`count_corpus` its counting pass.
     """
     report = LoadReport()
     passages = list(iter_corpus(paths, report, skip_bad=skip_bad, known_hashes=known_hashes,
                                 max_passage_chars=max_passage_chars, oversize=oversize))
-    if not passages:
+    _check_not_empty(len(passages), report)
+    return passages, report
+
+
+def count_corpus(paths: Iterable[str | Path], **options: Any) -> tuple[int, LoadReport]:
+    """How many passages :func:`iter_corpus` yields with ``options``, holding none of them: the streaming build's
+    first pass, which sizes its files and progress bars and stops at a bad record before any model runs. Raises
+    what :func:`load_corpus` raises (a located bad record, an empty corpus)."""
+    report = LoadReport()
+    n = sum(1 for _ in iter_corpus(paths, report, **options))
+    _check_not_empty(n, report)
+    return n, report
+
+
+def _check_not_empty(n: int, report: LoadReport) -> None:
+    if not n:
         names = ", ".join(report.files) or "(no files)"
         detail = f" ({len(report.skipped)} malformed records skipped)" if report.skipped else ""
         raise CorpusError(f"empty corpus: no passages in {names}{detail}", "empty")
-    return passages, report
 
 
 def iter_corpus(
@@ -387,11 +401,16 @@ def _encodable(s: str) -> bool:
     return True
 
 
-def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+def write_jsonl(path: Path, rows: Iterable[Any]) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False))
-            f.write("\n")
+        append_jsonl(f, rows)
+
+
+def append_jsonl(f: TextIO, rows: Iterable[Any]) -> None:
+    """Write ``rows`` to the open text file ``f``, one JSON document per line."""
+    for row in rows:
+        f.write(json.dumps(row, ensure_ascii=False))
+        f.write("\n")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

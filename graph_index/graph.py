@@ -46,7 +46,6 @@ class GraphContent:
     """Sorted unique normalised triples."""
     passage_entities: list[list[str]]
     """Per passage: the entities extracted from it (its mentions), sorted."""
-    passage_facts: list[list[Triple]]
     title_entity: list[str | None]
     fact_counts: Counter = field(default_factory=Counter)
     """(subject, object) → number of (passage, triple) occurrences."""
@@ -79,64 +78,82 @@ def fact_text(fact: Triple) -> str:
 
 def collect_content(passages: Sequence[Passage], results: Sequence[OpenIEResult], cfg: GraphConfig) -> GraphContent:
     """Normalise every passage's entities and triples and gather the corpus-level node and fact sets."""
-    entities: set[str] = set()
-    facts: set[Triple] = set()
-    passage_entities: list[list[str]] = []
-    passage_facts: list[list[Triple]] = []
-    titles: list[str | None] = []
-    fact_counts: Counter = Counter()
-    specific: set[str] = set()
-    junk: dict[str, bool] = {}
+    collector = ContentCollector(cfg)
+    collector.add(passages, results)
+    return collector.finish()
 
-    def node(text: str) -> str:
+
+class ContentCollector:
+    """:func:`collect_content` a batch of passages at a time, so a streaming build keeps what the graph needs (node
+    names, facts, per-passage mentions) and never the passages or their OpenIE. Each name is kept as one string
+    object however many passages mention it."""
+
+    def __init__(self, cfg: GraphConfig) -> None:
+        self.cfg = cfg
+        self.entities: set[str] = set()
+        self.facts: set[Triple] = set()
+        self.passage_entities: list[list[str]] = []
+        self.titles: list[str | None] = []
+        self.fact_counts: Counter = Counter()
+        self.specific: set[str] = set()
+        self._nodes: dict[str, str] = {}
+        """Normalised phrase → its node name (the one shared string), or "" for one that cannot be a node."""
+
+    def _node(self, text: str) -> str:
         """The node name of a phrase, or "" for one that cannot be a node (empty, or only function words)."""
         k = normalize_phrase(text)
-        if k not in junk:
-            junk[k] = not k or is_stopword_phrase(k)
-        return "" if junk[k] else k
+        name = self._nodes.get(k)
+        if name is None:
+            name = self._nodes[k] = "" if not k or is_stopword_phrase(k) else k
+        return name
 
-    for passage, res in zip(passages, results, strict=True):
-        mentioned: set[str] = set()
-        triples: set[Triple] = set()
-        for s, r, o in res.triples:
-            t = (node(s), normalize_phrase(r), node(o))
-            if t[0] and t[2] and t[1]:
-                triples.add(t)
-                mentioned.add(t[0])
-                mentioned.add(t[2])
-        for e in res.entities:
-            k = node(e)
-            if k:
-                mentioned.add(k)
-                specific.add(k)
-        title = node(passage.title)
-        if title:
-            specific.add(title)
-        if cfg.title_entity_weight <= 0:
-            title = ""
-        titles.append(title or None)
-        if title:
-            entities.add(title)
-        entities |= mentioned
-        facts |= triples
-        for s, _, o in triples:
-            if s != o:
-                fact_counts[(s, o) if s < o else (o, s)] += 1
-        passage_entities.append(sorted(mentioned))
-        passage_facts.append(sorted(triples))
-    return GraphContent(entities=sorted(entities), facts=sorted(facts), passage_entities=passage_entities,
-                        passage_facts=passage_facts, title_entity=titles, fact_counts=fact_counts,
-                        specific=specific & entities)
+    def add(self, passages: Sequence[Passage], results: Sequence[OpenIEResult]) -> None:
+        """Take the next passages (in index order) with their OpenIE."""
+        for passage, res in zip(passages, results, strict=True):
+            mentioned: set[str] = set()
+            triples: set[Triple] = set()
+            for s, r, o in res.triples:
+                t = (self._node(s), normalize_phrase(r), self._node(o))
+                if t[0] and t[2] and t[1]:
+                    triples.add(t)
+                    mentioned.add(t[0])
+                    mentioned.add(t[2])
+            for e in res.entities:
+                k = self._node(e)
+                if k:
+                    mentioned.add(k)
+                    self.specific.add(k)
+            title = self._node(passage.title)
+            if title:
+                self.specific.add(title)
+            if self.cfg.title_entity_weight <= 0:
+                title = ""
+            self.titles.append(title or None)
+            if title:
+                self.entities.add(title)
+            self.entities |= mentioned
+            self.facts |= triples
+            for s, _, o in triples:
+                if s != o:
+                    self.fact_counts[(s, o) if s < o else (o, s)] += 1
+            self.passage_entities.append(sorted(mentioned))
+
+    def finish(self) -> GraphContent:
+        """The corpus's content, over every passage added."""
+        return GraphContent(entities=sorted(self.entities), facts=sorted(self.facts),
+                            passage_entities=self.passage_entities, title_entity=self.titles,
+                            fact_counts=self.fact_counts, specific=self.specific & self.entities)
 
 
 def build_graph(
-    passages: Sequence[Passage],
+    passage_ids: Sequence[str],
     content: GraphContent,
     synonyms: dict[tuple[str, str], float],
     cfg: GraphConfig,
 ) -> ig.Graph:
-    """Assemble the igraph graph from the corpus content and the synonym edges."""
-    n_pass = len(passages)
+    """Assemble the igraph graph from the passages' ids (vertex i is passage i), the corpus content and the synonym
+    edges."""
+    n_pass = len(passage_ids)
     ent_index = {e: n_pass + j for j, e in enumerate(content.entities)}
     weights: dict[tuple[int, int], float] = {}
     kinds: dict[tuple[int, int], int] = {}
@@ -167,7 +184,7 @@ def build_graph(
     pairs = sorted(weights)
     g = ig.Graph(n=n_pass + len(content.entities), edges=pairs, directed=False)
     # Prefixed names keep passage ids and entity names from colliding ("paris" the id vs "paris" the city).
-    g.vs["name"] = [PASSAGE_PREFIX + p.id for p in passages] + [ENTITY_PREFIX + e for e in content.entities]
+    g.vs["name"] = [PASSAGE_PREFIX + pid for pid in passage_ids] + [ENTITY_PREFIX + e for e in content.entities]
     g.vs["kind"] = ["passage"] * n_pass + ["entity"] * len(content.entities)
     g.es["weight"] = [weights[p] for p in pairs]
     g.es["kinds"] = [kinds[p] for p in pairs]

@@ -33,7 +33,7 @@ import shutil
 import sys
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
@@ -46,7 +46,7 @@ import numpy as np
 from . import integrity, versions
 from .atomic import atomic_path
 from .config import DenseIndexConfig, IndexConfig
-from .corpus import Passage, write_jsonl
+from .corpus import Passage, append_jsonl, write_jsonl
 from .dense import maybe_to_gpu
 from .graph import entity_vertices
 from .layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, FORMAT, FORMAT_VERSION,
@@ -57,7 +57,7 @@ from .openie.base import OpenIEResult, Triple
 from .synonymy import Selections
 
 __all__ = ["ALL_FILES", "DEFAULT_LOCK_TIMEOUT_S", "FORMAT", "FORMAT_VERSION", "MANIFEST", "IndexBusyError",
-           "IndexData", "IndexFormatError", "atomic_directory", "read_manifest", "release_freed_memory",
+           "IndexData", "IndexFormatError", "PassageFiles", "atomic_directory", "read_manifest", "release_freed_memory",
            "write_f16", "write_index_files",
            "write_lock", "write_manifest"]
 
@@ -113,37 +113,75 @@ def atomic_directory(out: Path, *, force: bool) -> Iterator[Path]:
     versions.prune(out, keep={new} if previous is None else {new, previous})
 
 
+class PassageFiles:
+    """The per-passage files of a version being written (``passages.jsonl``, ``openie.jsonl``,
+    ``passage_embeddings.npy``), appended a batch at a time, so a build never holds every passage's text, OpenIE or
+    vector. The matrix is written as numpy's ``.npy`` (the header for ``rows`` rows, counted beforehand, then each
+    batch's rows), byte for byte what ``np.save`` of the whole matrix writes; the rows go through the file, not a
+    writable mapping, so they sit in the page cache and not in the process's resident set."""
+
+    def __init__(self, d: Path, rows: int, dim: int) -> None:
+        self.rows, self.dim, self.written = rows, dim, 0
+        self._passages = open(d / PASSAGES, "w", encoding="utf-8")
+        self._openie = open(d / OPENIE, "w", encoding="utf-8")
+        self._emb = open(d / PASSAGE_EMB, "wb")
+        np.lib.format.write_array_header_1_0(self._emb, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                                                         "fortran_order": False, "shape": (rows, dim)})
+
+    def append(self, passages: Sequence[Passage], openie: Sequence[OpenIEResult], vectors: np.ndarray) -> None:
+        """Write the next passages (in index order), their OpenIE and their vectors."""
+        if self.written + len(passages) > self.rows:
+            raise RuntimeError(f"more than the {self.rows:,} passages counted before the build: did the corpus change "
+                               "while it was being built?")
+        if vectors.shape != (len(passages), self.dim) or len(openie) != len(passages):
+            raise ValueError(f"{len(passages)} passages with {len(openie)} OpenIE results and vectors of shape "
+                             f"{vectors.shape}")
+        append_jsonl(self._passages, (p.to_json() for p in passages))
+        append_jsonl(self._openie, ({"id": p.id, **r.to_json()} for p, r in zip(passages, openie)))
+        self._emb.write(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
+        self.written += len(passages)
+
+    def close(self) -> None:
+        """Close the files (the caller's directory is published or removed whole, so no fsync here)."""
+        for f in (self._passages, self._openie, self._emb):
+            f.close()
+
+    def __enter__(self) -> PassageFiles:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.close()
+        if exc_type is None and self.written != self.rows:
+            raise RuntimeError(f"{self.written:,} passages written, {self.rows:,} counted before the build: did the "
+                               "corpus change while it was being built?")
+
+
 def write_index_files(
     d: Path,
     *,
     manifest: dict[str, Any],
-    passages: list[Passage],
-    openie: list[OpenIEResult],
+    passages: int,
     entities: list[str],
     entity_passages: list[int],
     facts: list[Triple],
     synonyms: Selections,
-    passage_emb: np.ndarray,
     entity_emb: np.ndarray,
     fact_emb: np.ndarray,
     dense: faiss.Index,
     graph: ig.Graph,
 ) -> None:
-    """Write every data file into ``d`` and record its size, checksum and rows in ``manifest["files"]`` (the
+    """Write every data file but the per-passage ones (``passages`` rows of those are already in ``d``:
+    :class:`PassageFiles`) into ``d`` and record each file's size, checksum and rows in ``manifest["files"]`` (the
     manifest itself is written by :func:`write_manifest`, last)."""
-    write_jsonl(d / PASSAGES, (p.to_json() for p in passages))
-    write_jsonl(d / OPENIE, ({"id": p.id, **r.to_json()} for p, r in zip(passages, openie)))
     write_jsonl(d / ENTITIES, ({"name": e, "passages": n} for e, n in zip(entities, entity_passages)))
     write_jsonl(d / FACTS, (list(f) for f in facts))
     write_jsonl(d / SYNONYMS, ({"entity": e, "keeps": [[k, s] for k, s in kept]} for e, kept in sorted(synonyms.items())))
-    np.save(d / PASSAGE_EMB, np.ascontiguousarray(passage_emb, dtype=np.float32))
     np.save(d / ENTITY_EMB, np.ascontiguousarray(entity_emb, dtype=np.float32))
     np.save(d / FACT_EMB, np.ascontiguousarray(fact_emb, dtype=np.float32))
     write_f16(d / FACT_EMB, d / FACT_EMB_F16)
     faiss.write_index(dense, str(d / DENSE))
     graph.write_graphml(str(d / GRAPH))
-    rows = {PASSAGES: len(passages), OPENIE: len(openie), ENTITIES: len(entities), FACTS: len(facts),
-            SYNONYMS: len(synonyms)}
+    rows = {PASSAGES: passages, OPENIE: passages, ENTITIES: len(entities), FACTS: len(facts), SYNONYMS: len(synonyms)}
     manifest["files"] = {name: integrity.file_record(d / name, rows.get(name))
                          for name in (*ALL_FILES[1:], FACT_EMB_F16)}
 

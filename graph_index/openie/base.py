@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from abc import ABC, abstractmethod
+from contextlib import nullcontext
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -103,14 +104,19 @@ def run_extraction(
     cache: DiskCache | None,
     preset: dict[str, OpenIEResult] | None = None,
     progress: bool = True,
+    stats: ExtractionStats | None = None,
+    bar: tqdm | None = None,
 ) -> tuple[list[OpenIEResult], ExtractionStats]:
     """OpenIE for every passage: ``preset`` (imported) results first, then the cache, then the extractor.
 
     Finished results are written to the cache every ``chunk_size`` passages and when the extractor aborts, so an
     interrupted run loses at most one chunk (a killed one) or nothing (a raised error). ``extractor`` may be
-    ``None`` only when every passage is covered by ``preset`` or the cache.
+    ``None`` only when every passage is covered by ``preset`` or the cache. A caller that runs this batch by batch
+    passes its own ``stats`` (added to) and ``bar`` (advanced by every passage, done or cached), so the whole
+    stage shows one bar and one count.
     """
-    stats = ExtractionStats()
+    stats = stats if stats is not None else ExtractionStats()
+    failed_before = stats.failed
     results: list[OpenIEResult | None] = [None] * len(passages)
     preset = preset or {}
     todo: list[int] = []
@@ -133,12 +139,15 @@ def run_extraction(
                 results[i] = OpenIEResult.from_json(json.loads(blob))
                 stats.cached += 1
         todo = remaining
+    if bar is not None:
+        bar.update(len(passages) - len(todo))
     if todo:
         if extractor is None:
             raise RuntimeError(f"{len(todo)} passages have no precomputed OpenIE and no extractor is configured")
         # one bar over every passage of the stage; those imported or cached count as done from the start
-        with tqdm(total=len(passages), initial=len(passages) - len(todo), desc="OpenIE", unit="passage",
-                  disable=not progress, leave=False) as bar:
+        with (nullcontext(bar) if bar is not None else
+              tqdm(total=len(passages), initial=len(passages) - len(todo), desc="OpenIE", unit="passage",
+                   disable=not progress, leave=False)) as bar:
             stream = extractor.extract([passages[i] for i in todo])
             pending: list[int] = []
             try:
@@ -161,9 +170,9 @@ def run_extraction(
                 # whatever finished before an abort is kept, so the next run resumes after it
                 _flush(cache, extractor, passages, results, pending)
                 bar.update(len(pending))
-        if stats.failed:
+        if stats.failed > failed_before:
             log.warning("OpenIE failed on %d of %d passages; they get no triples (see the warnings above) and are "
-                        "retried by the next build", stats.failed, len(todo))
+                        "retried by the next build", stats.failed - failed_before, len(todo))
     return [r for r in results if r is not None], stats
 
 
