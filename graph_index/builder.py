@@ -280,24 +280,11 @@ def _reuse_or_embed(
     return out
 
 
-def _assemble(
-    passages: list[Passage],
-    results: list[OpenIEResult],
-    comp: Components,
-    out: Path,
-    timer: Timer,
-    *,
-    previous: store.IndexData | None,
-    force: bool,
-    progress: bool,
-    op: dict[str, Any],
-    report: LoadReport | None,
-    ostats: ExtractionStats | None,
-    known: tuple[dict[Any, np.ndarray], dict[Any, np.ndarray], dict[Any, np.ndarray]] | None = None,
-) -> dict[str, Any]:
-    """:func:`_write_index` of passages and their OpenIE held in lists (an update, the Ray build's assembly)."""
-    return _write_index([(passages, results)], len(passages), comp, out, timer, previous=previous, force=force,
-                        progress=progress, op=op, report=report, ostats=ostats, known=known)
+def _assemble(passages: list[Passage], results: list[OpenIEResult], comp: Components, out: Path, timer: Timer,
+              **options: Any) -> dict[str, Any]:
+    """:func:`_write_index` of passages and their OpenIE held in lists (an update, the Ray build's assembly), as one
+    batch; ``options`` are :func:`_write_index`'s."""
+    return _write_index([(passages, results)], len(passages), comp, out, timer, **options)
 
 
 def _write_index(
