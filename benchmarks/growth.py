@@ -1,6 +1,6 @@
 """Measured growth: synthetic indexes shaped like the real one, at 10k, 100k, 1M passages.
 
-    python benchmarks/growth.py profile /work/dev/idx-popqa             # the real index's distributions
+    python benchmarks/growth.py profile indexes/popqa                   # the real index's distributions
     python benchmarks/growth.py build 10000 100000 1000000             # one synthetic index per size
     python benchmarks/growth.py serve 10000 100000 1000000             # load each in a fresh process; latency
     python benchmarks/growth.py report                                 # fit, plot, table
