@@ -90,8 +90,7 @@ def _write_unit_rows(path: Path, rows: int, rng: np.random.Generator, f16: Path 
     handles = []
     for p, dtype in files:
         f = open(p, "wb")
-        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                                                "fortran_order": False, "shape": (rows, DIM)})
+        store.write_npy_header(f, dtype, (rows, DIM))
         handles.append((f, dtype))
     for lo in range(0, rows, CHUNK):
         x = rng.standard_normal((min(CHUNK, rows - lo), DIM), dtype=np.float32)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import faiss
 import igraph as ig
@@ -58,7 +58,7 @@ from .synonymy import Selections
 
 __all__ = ["ALL_FILES", "DEFAULT_LOCK_TIMEOUT_S", "FORMAT", "FORMAT_VERSION", "MANIFEST", "IndexBusyError",
            "IndexData", "IndexFormatError", "PassageFiles", "atomic_directory", "read_manifest", "release_freed_memory",
-           "write_f16", "write_index_files",
+           "write_f16", "write_index_files", "write_npy_header",
            "write_lock", "write_manifest"]
 
 T = TypeVar("T")
@@ -113,6 +113,13 @@ def atomic_directory(out: Path, *, force: bool) -> Iterator[Path]:
     versions.prune(out, keep={new} if previous is None else {new, previous})
 
 
+def write_npy_header(f: BinaryIO, dtype: Any, shape: tuple[int, ...]) -> None:
+    """numpy's ``.npy`` header for a C-ordered ``dtype`` array of ``shape``, so that the rows written after it, a
+    chunk at a time and without holding the matrix, make the file ``np.save`` would write."""
+    np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                             "fortran_order": False, "shape": shape})
+
+
 class PassageFiles:
     """The per-passage files of a version being written (``passages.jsonl``, ``openie.jsonl``,
     ``passage_embeddings.npy``), appended a batch at a time, so a build never holds every passage's text, OpenIE or
@@ -125,8 +132,7 @@ class PassageFiles:
         self._passages = open(d / PASSAGES, "w", encoding="utf-8")
         self._openie = open(d / OPENIE, "w", encoding="utf-8")
         self._emb = open(d / PASSAGE_EMB, "wb")
-        np.lib.format.write_array_header_1_0(self._emb, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
-                                                         "fortran_order": False, "shape": (rows, dim)})
+        write_npy_header(self._emb, np.float32, (rows, dim))
 
     def append(self, passages: Sequence[Passage], openie: Sequence[OpenIEResult], vectors: np.ndarray) -> None:
         """Write the next passages (in index order), their OpenIE and their vectors."""
@@ -195,8 +201,7 @@ def write_f16(src: Path, dst: Path) -> None:
     rename), reading ``src`` through a mapping, a chunk at a time."""
     f32 = np.load(src, mmap_mode="r")
     with atomic_path(dst) as tmp, open(tmp, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float16)),
-                                                "fortran_order": False, "shape": tuple(f32.shape)})
+        write_npy_header(f, np.float16, tuple(f32.shape))
         for lo in range(0, f32.shape[0], F16_CHUNK_ROWS):
             f.write(np.asarray(f32[lo:lo + F16_CHUNK_ROWS], dtype=np.float16).tobytes())
         f.flush()
