@@ -176,6 +176,15 @@ def covers_support(item: QAItem, plan: Sequence[PlannedSearch]) -> bool:
     return is_multi_hop(item) and bool(item.supporting) and not missing_support(item, plan)
 
 
+def unanswered(item: QAItem, plan: Sequence[PlannedSearch], counter: TokenCounter, *,
+               max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],
+               k: int = LOOP_DEFAULTS["k"]) -> bool:
+    """Whether :func:`build_example` ends ``plan`` without an answer (a guess, or with refusals a refusal): no
+    document as the policy reads it holds the answer, and the plan did not retrieve every supporting page."""
+    return (found_answer(item, plan, counter, max_information_tokens=max_information_tokens, k=k) is None
+            and not covers_support(item, plan))
+
+
 def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, rng: random.Random, *,
                   template: str = DEFAULT_INSTRUCTION,
                   max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],

@@ -173,8 +173,8 @@ def sft_cmd(
 
     from training.data import load_training_items, routing_labels
     from training.models import load_policy
-    from training.sft import (build_example, covers_support, follow_up, found_answer, gold_documents, gold_plan,
-                              next_hop, refusal_template, retrieval_plan, train_sft)
+    from training.sft import (build_example, follow_up, gold_documents, gold_plan, next_hop, refusal_template,
+                              retrieval_plan, train_sft, unanswered)
 
     from ..policy.card import card_for, training_policy, write_card
     from ..policy.tokens import TokenCounter
@@ -206,7 +206,8 @@ def sft_cmd(
         results = {m: retriever.search([it.question for it in items], mode=m, k=k) for m in MODES}
         plans = [retrieval_plan(it, {m: results[m][i] for m in MODES}, rng, labels.get(it.id))
                  for i, it in enumerate(items)]
-        hops = [(i, q) for i, (it, pl) in enumerate(zip(items, plans)) if (q := next_hop(it, pl, policy.loop["budget"]))]
+        budget = policy.loop["budget"]
+        hops = [(i, q) for i, (it, pl) in enumerate(zip(items, plans)) if (q := next_hop(it, pl, budget))]
         if hops:  # multi-hop questions: one more search, for a supporting page the first search missed, by title
             found = {m: retriever.search([q for _, q in hops], mode=m, k=k) for m in MODES}
             for j, (i, q) in enumerate(hops):
@@ -220,8 +221,9 @@ def sft_cmd(
         raise ValueError("no usable examples: the questions need answers (and, for --plan gold, supporting passages "
                          "found in the index)")
     counter = TokenCounter(tok)
-    refused = (sum(1 for it, pl in zip(items, plans) if pl and it.answers and not covers_support(it, pl)
-                   and found_answer(it, pl, counter, max_information_tokens=info, k=k) is None) if refusals else 0)
+    refused = (sum(1 for it, pl in zip(items, plans)
+                   if pl and it.answers and unanswered(it, pl, counter, max_information_tokens=info, k=k))
+               if refusals else 0)
     first = [pl[0].mode for pl in plans if pl]
     second = [pl[1].mode for pl in plans if len(pl) > 1]
     console.print(f"{len(examples)} warm-start examples from {len(items)} questions ({plan} plan; first searches: "
