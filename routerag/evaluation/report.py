@@ -31,15 +31,15 @@ def write_dataset_report(out_dir: Path, report: dict[str, Any], records: Mapping
     plot_mode_mix(summaries, out_dir / PLOTS["mode_mix"])
     plot_retrieval_times(records, out_dir / PLOTS["retrieval_time"])
     full = {**report, "plots": dict(PLOTS), "definitions": DEFINITIONS}
-    _write(out_dir / "report.json", json.dumps(full, indent=2, ensure_ascii=False) + "\n")
-    _write(out_dir / "report.md", dataset_markdown(full))
+    write_text_atomic(out_dir / "report.json", json.dumps(full, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(out_dir / "report.md", dataset_markdown(full))
 
 
 def write_overview(out_dir: Path, overview: dict[str, Any]) -> None:
     """The top-level ``report.json`` / ``report.md``: every question set, one table each."""
     out_dir.mkdir(parents=True, exist_ok=True)
     full = {**overview, "definitions": DEFINITIONS}
-    _write(out_dir / "report.json", json.dumps(full, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(out_dir / "report.json", json.dumps(full, indent=2, ensure_ascii=False) + "\n")
     lines = ["# RouteRAG evaluation", "", *_header(overview), ""]
     for d in overview["datasets"]:
         lines += [f"## {d['dataset']} ({d['questions']} questions)", "",
@@ -47,12 +47,7 @@ def write_overview(out_dir: Path, overview: dict[str, Any]) -> None:
                   f"({d['dataset']}/report.md).", "", *results_table(d["summaries"]), "",
                   "Refusals, and accuracy on the questions answered:", "", *refusal_table(d["summaries"]), ""]
     lines += _definitions()
-    _write(out_dir / "report.md", "\n".join(lines) + "\n")
-
-
-def _write(path: Path, text: str) -> None:
-    """Write through a temporary file, so a reader never sees half a report."""
-    write_text_atomic(path, text)
+    write_text_atomic(out_dir / "report.md", "\n".join(lines) + "\n")
 
 
 # -- markdown ---------------------------------------------------------------------------------------------------------
