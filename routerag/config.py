@@ -38,7 +38,7 @@ def default_model_dir() -> Path:
 
 
 LOOP_DEFAULTS: dict[str, int] = {"budget": 4, "k": 3, "max_information_tokens": 500, "max_turn_tokens": 500,
-                                 "max_total_tokens": 4096, "max_invalid": 2}
+                                 "max_total_tokens": 4096, "max_invalid": 2, "fresh_documents": False}
 """RouteRAG's loop settings: what a policy without a card (an untrained or foreign model) runs with."""
 
 
@@ -188,6 +188,10 @@ class LoopSettings(StrictModel):
     """Tokens of the whole response, generated and appended, before the trajectory is cut off (4096)."""
     max_invalid: int | None = Field(None, ge=0)
     """Invalid turns tolerated before an answer is forced (2)."""
+    fresh_documents: bool | None = None
+    """A search shows only documents the trajectory has not been shown yet: the retriever is asked for ``k`` more
+    per document already shown, and those are left out. So searching the same question again, in any mode, reads
+    the next documents instead of the same ones (off: RouteRAG shows whatever the retriever returns)."""
 
 
     def resolve(self, *fallbacks: LoopSettings | None) -> dict[str, int]:

@@ -83,6 +83,20 @@ def test_force_mode_overrides_the_policy_choice_and_k_is_passed() -> None:
     assert search.calls == [("q", "graph", 5)] and traj.steps[0].mode_tags == ["passage"]
 
 
+def test_fresh_documents_show_the_next_documents_when_a_question_is_searched_again() -> None:
+    turns = ["<search>[graph] q</search>", "<search>[passage] q</search>", "<search>[graph] other</search>",
+             "<answer>x</answer>"]
+    traj, gen, search, _ = run(turns, cfg=LoopConfig(fresh_documents=True, k=2, budget=3))
+    # k more per document already shown, those left out: the same query reads its next two pages
+    assert search.calls == [("q", "graph", 2), ("q", "passage", 4), ("other", "graph", 6)]
+    assert [s.doc_titles for s in traj.steps[:3]] == [["q page 0", "q page 1"], ["q page 2", "q page 3"],
+                                                      ["other page 0", "other page 1"]]
+    assert "Doc 1 (Title: q page 2)" in gen.requests[2].prompt_text
+    assert [d.title for r in traj.retrieved for d in r.docs] == [t for s in traj.steps[:3] for t in s.doc_titles]
+    plain, _, _, _ = run(turns[:2] + turns[3:], cfg=LoopConfig(k=2))  # off (RouteRAG): the same pages again
+    assert [s.doc_titles for s in plain.steps[:2]] == [["q page 0", "q page 1"]] * 2
+
+
 def test_information_is_truncated_to_the_token_limit() -> None:
     long_docs = FakeSearch({"q": ["T"]})
     traj, gen, _, _ = run(["<search>q</search>", "<answer>x</answer>"], search=long_docs,

@@ -164,11 +164,12 @@ def test_routing_warm_start_uses_the_labelled_mode_and_searches_again_where_it_m
     assert len(retrieval_plan(item, nowhere, random.Random(0), label="hybrid")) == 1  # nothing better to try
 
 
-def test_a_multi_hop_warm_start_searches_the_missing_page_by_title_and_answers_once_both_are_found() -> None:
+def test_a_multi_hop_warm_start_searches_the_question_again_for_the_missing_page_and_answers_once_both_are_found(
+) -> None:
     from routerag.datasets import parse_item
     from routerag.prompts import DEFAULT_INSTRUCTION, REFUSE_MARKER
     from routerag.retrieval import RetrievalResult, RetrievedDoc
-    from training.sft import build_example, follow_up, next_hop, refusal_template, retrieval_plan
+    from training.sft import build_example, refusal_template, retrieval_plan
 
     tok = CharTokenizer()
     tok.apply_chat_template = lambda m, **kw: f"<user>{m[0]['content']}</user>"  # type: ignore[attr-defined]
@@ -180,28 +181,29 @@ def test_a_multi_hop_warm_start_searches_the_missing_page_by_title_and_answers_o
     joran = RetrievedDoc("a", "Joran Veld", "Joran Veld was a Tarskan painter.", 1.0)
     mira = RetrievedDoc("b", "Mira Olt", "Mira Olt was Tarskan.", 1.0)
     other = RetrievedDoc("c", "Other", "Nothing here.", 0.5)
-    first = {m: RetrievalResult(item.question, m, [joran, other]) for m in ("passage", "graph", "hybrid")}
-    plan = retrieval_plan(item, first, random.Random(0), label="graph")
-    assert [p.mode for p in plan] == ["graph"]  # no second search with the same question
-    assert next_hop(item, plan, budget=1) is None  # the budget decides
-    query = next_hop(item, plan, budget=2)
-    assert query == "Mira Olt"
-    by_title = {"passage": RetrievalResult(query, "passage", [other]),  # the cheapest mode misses the page
-                "graph": RetrievalResult(query, "graph", [mira, other]),
-                "hybrid": RetrievalResult(query, "hybrid", [mira])}
-    plan = follow_up(plan, query, by_title)
-    assert [(p.mode, p.query) for p in plan] == [("graph", item.question), ("graph", "Mira Olt")]
-    assert next_hop(item, plan, budget=3) is None  # every supporting page found
+    more = RetrievedDoc("d", "More", "Still nothing.", 0.4)
+    q = item.question
+    first = {m: RetrievalResult(q, m, [joran, other]) for m in ("passage", "graph", "hybrid")}
+    again = {"passage": RetrievalResult(q, "passage", [joran, other, more]),  # the cheapest mode's next page misses
+             "graph": RetrievalResult(q, "graph", [joran, other, mira, more]),
+             "hybrid": RetrievalResult(q, "hybrid", [mira, joran, other])}
+    assert [p.mode for p in retrieval_plan(item, first, random.Random(0), label="graph", k=2)] == ["graph"]
+    assert len(retrieval_plan(item, first, random.Random(0), label="graph", again=again, k=2, budget=1)) == 1
+    plan = retrieval_plan(item, first, random.Random(0), label="graph", again=again, k=2)
+    # the same question again, in the cheapest mode whose unseen documents hold the missing page
+    assert [(p.mode, p.query, [d.title for d in p.docs]) for p in plan] == [
+        ("graph", q, ["Joran Veld", "Other"]), ("graph", q, ["Mira Olt", "More"])]
     ex = build_example(item, plan, tok, random.Random(0), template=refusal_template(DEFAULT_INSTRUCTION), refuse=True)
     policy = "".join(ch for ch, m in zip(tok.decode(ex.ids), ex.mask) if m)
-    assert "<search>[graph] Mira Olt</search>" in policy
+    assert policy.count(f"<search>[graph] {q}</search>") == 2
     assert policy.endswith("<answer> yes </answer>") and REFUSE_MARKER not in policy  # "yes" is in no document
-    nowhere = {m: RetrievalResult(query, m, [other]) for m in ("passage", "graph", "hybrid")}
-    assert follow_up(plan[:1], query, nowhere) == plan[:1]  # a search that does not find its page teaches nothing
-    alone = build_example(item, plan[:1], tok, random.Random(0), template=refusal_template(DEFAULT_INSTRUCTION),
-                          refuse=True)
-    refused = "".join(ch for ch, m in zip(tok.decode(alone.ids), alone.mask) if m)
-    assert refused.endswith(f"<answer> {REFUSE_MARKER} </answer>")  # a comparison with one side missing
+    nowhere = {m: RetrievalResult(q, m, [joran, other, more]) for m in ("passage", "graph", "hybrid")}
+    alone = retrieval_plan(item, first, random.Random(0), label="graph", again=nowhere, k=2)
+    assert len(alone) == 1  # a search that finds nothing new teaches nothing
+    refused = build_example(item, alone, tok, random.Random(0), template=refusal_template(DEFAULT_INSTRUCTION),
+                            refuse=True)
+    text = "".join(ch for ch, m in zip(tok.decode(refused.ids), refused.mask) if m)
+    assert text.endswith(f"<answer> {REFUSE_MARKER} </answer>")  # a comparison with one side missing
 
 
 def test_routing_labels_pick_the_mode_that_served_the_reader(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ Each training example is a trajectory the policy *could* have produced. Two plan
   each in a random mode;
 * :func:`retrieval_plan` (routing): what the retriever really returns for the question, in the mode whose documents
   let the reader answer it (routing labels from ``routerag eval`` records of the naive one-search strategies, see
-  :func:`training.data.routing_labels`), and a second search in another mode when the first misses the answer.
+  :func:`training.data.routing_labels`), and the question searched again, in the cheapest mode that adds it, when
+  the first search misses the answer (or, for a multi-hop question, a supporting page).
 
 The last turn names the document that holds the answer and copies the answer from it; where no retrieved document
 holds it, the last turn guesses, or, with refusals on (``routerag train-sft --refusals``), refuses
@@ -35,7 +36,7 @@ from routerag.config import LOOP_DEFAULTS
 from routerag.datasets import QAItem, title_key
 from routerag.policy.card import PolicyCard
 from routerag.policy.citations import split_sentences
-from routerag.policy.loop import information_block
+from routerag.policy.loop import doc_key, information_block, unseen_documents
 from routerag.policy.tokens import TokenCounter
 from routerag.prompts import (COMBINED_THOUGHTS, DEFAULT_INSTRUCTION, FIRST_THOUGHTS, FOUND_THOUGHTS, GUESS_THOUGHTS,
                               NEXT_THOUGHTS, REFUSAL_INSTRUCTION, REFUSE_MARKER, REFUSE_THOUGHT, SEARCH_TAGS,
@@ -78,27 +79,36 @@ def gold_plan(item: QAItem, docs: Sequence[RetrievedDoc], rng: random.Random) ->
 
 
 def retrieval_plan(item: QAItem, results: dict[str, RetrievalResult], rng: random.Random,
-                   label: str | None = None) -> list[PlannedSearch]:
+                   label: str | None = None, *, again: dict[str, RetrievalResult] | None = None,
+                   k: int = LOOP_DEFAULTS["k"], budget: int = 2) -> list[PlannedSearch]:
     """The routing warm start: what the retriever really returns for the question. The first search uses
     ``label`` (the mode whose documents let the reader answer this question, from :func:`training.data.
-    routing_labels`; None: a random mode); when its documents do not contain the answer and another mode's do, a
-    second search in that mode follows. So the policy sees the documents it will see when served, learns which mode
-    works for which kind of question, and when to search again."""
+    routing_labels`; None: a random mode). When its documents miss what the question needs (:func:`needs_more`)
+    and the budget allows, the question is searched again, in the cheapest mode of :data:`FOLLOW_UP_MODES` whose
+    documents add it (:func:`adds_evidence`). So the policy sees the documents it will see when served, learns which
+    mode works for which kind of question, and when to search again.
+
+    ``again``: each mode's documents for the question searched a second time under the loop's ``fresh_documents``
+    (the retriever asked for ``2k``; those already shown are left out by
+    :func:`~routerag.policy.loop.unseen_documents`, as the loop does), so a second search may use the same mode.
+    None: the loop without it, where the same mode would show the same documents again."""
     first = label if label in results else rng.choice(sorted(results))
-    plan = [PlannedSearch(first, item.question, list(results[first].docs))]  # type: ignore[arg-type]
-    if is_multi_hop(item):  # the next search looks for a missing hop (follow_up), not the same question again
+    plan = [PlannedSearch(first, item.question, list(results[first].docs[:k]))]  # type: ignore[arg-type]
+    if budget < 2 or not needs_more(item, plan):
         return plan
-    if answer_span(results[first].docs, item.answers) is None:
-        others = [m for m in sorted(results) if m != first and answer_span(results[m].docs, item.answers)]
-        if others:
-            second = rng.choice(others)
-            plan.append(PlannedSearch(second, item.question, list(results[second].docs)))  # type: ignore[arg-type]
+    shown = {doc_key(d) for d in plan[0].docs}
+    for mode in FOLLOW_UP_MODES:
+        if mode not in results or (again is None and mode == first):
+            continue
+        docs = unseen_documents(again[mode].docs, shown, k) if again is not None else list(results[mode].docs[:k])
+        if adds_evidence(item, plan, docs):
+            return [*plan, PlannedSearch(mode, item.question, docs)]
     return plan
 
 
 FOLLOW_UP_MODES: tuple[Mode, ...] = ("passage", "graph", "hybrid")
-"""The order in which a follow-up search's mode is chosen: the cheapest first (per-search costs in
-docs/training.md: a title finds its own page by dense search alone in most cases)."""
+"""The order in which a second search's mode is chosen: the cheapest first (per-search costs in
+docs/training.md)."""
 
 
 def is_multi_hop(item: QAItem) -> bool:
@@ -114,25 +124,21 @@ def missing_support(item: QAItem, plan: Sequence[PlannedSearch]) -> list[str]:
     return [g.title for g in item.supporting if title_key(g.title) not in seen]
 
 
-def next_hop(item: QAItem, plan: Sequence[PlannedSearch], budget: int) -> str | None:
-    """The query of a multi-hop trajectory's next search: the title of the first supporting passage not yet
-    retrieved (the bridge entity, or the other side of a comparison), while the budget allows; else None."""
-    if not is_multi_hop(item) or not plan or len(plan) >= budget:
-        return None
-    missing = missing_support(item, plan)
-    return missing[0] if missing else None
+def needs_more(item: QAItem, plan: Sequence[PlannedSearch]) -> bool:
+    """Whether ``plan`` misses what the question needs: a supporting page of a multi-hop question, else a document
+    that names the answer."""
+    if is_multi_hop(item) and item.supporting:
+        return bool(missing_support(item, plan))
+    return answer_span([d for step in plan for d in step.docs], item.answers) is None
 
 
-def follow_up(plan: list[PlannedSearch], query: str, results: dict[str, RetrievalResult]) -> list[PlannedSearch]:
-    """``plan`` with one more search for ``query`` (a missing hop's title), in the first mode of
-    :data:`FOLLOW_UP_MODES` whose documents include that page; unchanged when no mode finds it (a search that
-    does not find its page teaches nothing)."""
-    key = title_key(query)
-    for mode in FOLLOW_UP_MODES:
-        docs = list(results[mode].docs) if mode in results else []
-        if any(title_key(d.title) == key for d in docs):
-            return [*plan, PlannedSearch(mode, query, docs)]
-    return plan
+def adds_evidence(item: QAItem, plan: Sequence[PlannedSearch], docs: Sequence[RetrievedDoc]) -> bool:
+    """Whether a further search's ``docs`` bring what ``plan`` misses: a missing supporting page of a multi-hop
+    question, else a document that names the answer (a search that finds nothing new teaches nothing)."""
+    if is_multi_hop(item) and item.supporting:
+        missing = {title_key(t) for t in missing_support(item, plan)}
+        return any(title_key(d.title) in missing for d in docs)
+    return answer_span(docs, item.answers) is not None
 
 
 def answer_span(docs: Sequence[RetrievedDoc], golds: Sequence[str]) -> tuple[RetrievedDoc, str, str] | None:

@@ -173,8 +173,8 @@ def sft_cmd(
 
     from training.data import load_training_items, routing_labels
     from training.models import load_policy
-    from training.sft import (build_example, follow_up, gold_documents, gold_plan, next_hop, refusal_template,
-                              retrieval_plan, train_sft, unanswered)
+    from training.sft import (build_example, gold_documents, gold_plan, refusal_template, retrieval_plan, train_sft,
+                              unanswered)
 
     from ..policy.card import card_for, training_policy, write_card
     from ..policy.tokens import TokenCounter
@@ -203,15 +203,15 @@ def sft_cmd(
         from ..retrieval import Retriever
 
         retriever = Retriever(index, settings.retrieval)
-        results = {m: retriever.search([it.question for it in items], mode=m, k=k) for m in MODES}
-        plans = [retrieval_plan(it, {m: results[m][i] for m in MODES}, rng, labels.get(it.id))
+        asked = [it.question for it in items]
+        results = {m: retriever.search(asked, mode=m, k=k) for m in MODES}
+        # the loop's fresh_documents: a second search asks for k more and leaves the first k out
+        again = {m: retriever.search(asked, mode=m, k=2 * k) for m in MODES} if policy.loop["fresh_documents"] \
+            else None
+        plans = [retrieval_plan(it, {m: results[m][i] for m in MODES}, rng, labels.get(it.id), k=k,
+                                again={m: again[m][i] for m in MODES} if again else None,
+                                budget=policy.loop["budget"])
                  for i, it in enumerate(items)]
-        budget = policy.loop["budget"]
-        hops = [(i, q) for i, (it, pl) in enumerate(zip(items, plans)) if (q := next_hop(it, pl, budget))]
-        if hops:  # multi-hop questions: one more search, for a supporting page the first search missed, by title
-            found = {m: retriever.search([q for _, q in hops], mode=m, k=k) for m in MODES}
-            for j, (i, q) in enumerate(hops):
-                plans[i] = follow_up(plans[i], q, {m: found[m][j] for m in MODES})
     model_, tok = load_policy(settings.train)
     built = [(it, pl, ex) for it, pl in zip(items, plans)
              if (ex := build_example(it, pl, tok, rng, template=policy.template, max_information_tokens=info, k=k,

@@ -6,8 +6,8 @@ one thing and returning the next state, with everything the trajectory carries i
 * ``GENERATE``: the policy writes a turn. An answer or a refusal ends it (→ ``ANSWER``); a search goes on
   (→ ``SEARCH``); a turn with neither gets a notice and another try (→ ``GENERATE``) until there were too many, when
   an answer is forced (→ ``FORCE_ANSWER``), as it is for a search past the budget.
-* ``SEARCH``: retrieve k documents in the mode the policy chose and append them as ``<information>``
-  (→ ``GENERATE``); a query the retriever refuses is an invalid turn.
+* ``SEARCH``: retrieve k documents (with ``fresh_documents``, k not shown before) in the mode the policy chose
+  and append them as ``<information>`` (→ ``GENERATE``); a query the retriever refuses is an invalid turn.
 * ``FORCE_ANSWER``: a notice opens the ``<answer>`` the policy then completes (→ ``ANSWER``).
 * ``ANSWER``: the reader, when one is configured, writes the final answer from the documents; done. A refusal
   stands: its answer is :data:`~routerag.prompts.REFUSAL_ANSWER` whatever the reader.
@@ -59,6 +59,7 @@ class LoopConfig:
     max_turn_tokens: int = LOOP_DEFAULTS["max_turn_tokens"]
     max_total_tokens: int = LOOP_DEFAULTS["max_total_tokens"]
     max_invalid: int = LOOP_DEFAULTS["max_invalid"]
+    fresh_documents: bool = LOOP_DEFAULTS["fresh_documents"]
     force_mode: Mode | None = None
     """Use this retrieval mode for every search whatever the policy wrote (RouteRAG's Table 2 ablations)."""
     temperature: float | None = None
@@ -121,6 +122,18 @@ class _Run:
     invalid: int = 0
     pending: tuple[Step, Action] | None = None
     """The turn whose search ``SEARCH`` runs."""
+
+
+def doc_key(doc: RetrievedDoc) -> str:
+    """What makes two retrieved documents the same one: the id, or title and text where a backend gives none."""
+    return doc.id or f"{doc.title}\n{doc.text}"
+
+
+def unseen_documents(docs: Sequence[RetrievedDoc], shown: set[str], k: int) -> list[RetrievedDoc]:
+    """The first ``k`` of ``docs`` not yet shown (``fresh_documents``): the loop asks the retriever for ``k`` more
+    per document already shown, so a repeated search still brings ``k`` new ones where the index has them (the warm
+    start builds its second searches with it too)."""
+    return [d for d in docs if doc_key(d) not in shown][:k]
 
 
 def information_block(docs: Sequence[RetrievedDoc], counter: TokenCounter, max_tokens: int) -> str:
@@ -207,15 +220,18 @@ class PolicyLoop:
         step.action, step.query, step.mode, step.mode_tags = "search", action.content, mode, list(action.mode_tags)
         await _emit(run.on_event, {"type": "search", "mode": mode, "tags": list(action.mode_tags),
                                    "query": action.content, "step": step.index})
+        shown = {doc_key(d) for r in run.traj.retrieved for d in r.docs} if run.cfg.fresh_documents else set()
         t0 = time.perf_counter()
         try:
-            result = await self.search.search(action.content, mode, run.cfg.k)
+            result = await self.search.search(action.content, mode, run.cfg.k + len(shown))
         except QueryError as exc:  # the policy wrote a query the retriever refuses: its turn, not the caller's
             step.action = "invalid"
             run.traj.steps.append(step)
             self._inform(run, SEARCH_FAILED_NOTICE.format(error=exc))
             return self._count_invalid(run)
         step.retrieval_ms = round(result.ms if result.timings_ms else (time.perf_counter() - t0) * 1000, 3)
+        if shown:
+            result = replace(result, docs=unseen_documents(result.docs, shown, run.cfg.k))
         step.doc_ids = [d.id for d in result.docs]
         step.doc_titles = [d.title for d in result.docs]
         run.traj.retrieved.append(result)
@@ -316,7 +332,7 @@ class PolicyLoop:
         out = []
         for res in results:
             for d in res.docs:
-                key = d.id or f"{d.title}\n{d.text}"
+                key = doc_key(d)
                 if key not in seen:
                     seen.add(key)
                     out.append(RetrievedDoc(d.id, d.title, self.counter.truncate(d.text, share), d.score))
