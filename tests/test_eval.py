@@ -392,6 +392,8 @@ def test_reports_and_plots_are_written_and_parse(tmp_path: Path, qfile: Path) ->
     assert "tradeoff" in overview["definitions"]
     top_md = (out / "report.md").read_text()
     assert "[toy-2/report.md](toy-2/report.md)" in top_md
+    finish = overview["datasets"][0]["summaries"]["learned"]["finish"]
+    assert f"| {', '.join(f'{k} {v}' for k, v in sorted(finish.items(), key=lambda kv: -kv[1]))} |" in top_md
     for name in ("toy", "toy-2"):
         d = out / name
         rep = json.loads((d / "report.json").read_text())

@@ -51,6 +51,9 @@ DEFINITIONS = {
     "mode_mix": "share of the run's searches made in each retrieval mode",
     "format_ok": "share of policy trajectories that answered (or refused) in format on their own (no invalid turn, "
                  "no forced answer); undefined for naive-rag and no-retrieval",
+    "finish": "how each trajectory ended (the endings column): answer or refused (on its own), forced_answer (past "
+              "the search budget or the invalid turns allowed, the answer was forced), no_answer (cut off by the "
+              "response's token budget, or a forced turn that gave no answer), error",
     "refusal_rate": "share of questions the policy refused on its own (<answer> [refuse] </answer>: the documents do "
                     "not answer it); a refusal scores 0 on EM, F1 and GenAcc",
     "answered": "em_answered, f1_answered, gen_acc_answered: EM, F1 and GenAcc over the questions not refused; "
@@ -150,7 +153,10 @@ def summarize(records: Sequence[dict[str, Any]], *, _by_type: bool = False) -> d
     out: dict[str, Any] = {
         "questions": n,
         "em": em, "f1": f, "gen_acc": ga,
-        "refusal_rate": (n - len(answered)) / n if n else None,
+        "finish": "how each trajectory ended (the endings column): answer or refused (on its own), forced_answer (past "
+              "the search budget or the invalid turns allowed, the answer was forced), no_answer (cut off by the "
+              "response's token budget, or a forced turn that gave no answer), error",
+    "refusal_rate": (n - len(answered)) / n if n else None,
         **{f"{k}_answered": _mean([r.get(k) for r in answered]) for k in ("em", "f1", "gen_acc")},
         **{k: mean(k) for k in RECALL_KEYS},
         "answer_recall": mean("answer_recall"),

@@ -45,7 +45,8 @@ def write_overview(out_dir: Path, overview: dict[str, Any]) -> None:
         lines += [f"## {d['dataset']} ({d['questions']} questions)", "",
                   f"Questions: `{d['questions_file']}`. Details and plots: [{d['dataset']}/report.md]"
                   f"({d['dataset']}/report.md).", "", *results_table(d["summaries"]), "",
-                  "Refusals, and accuracy on the questions answered:", "", *refusal_table(d["summaries"]), ""]
+                  "Refusals, accuracy on the questions answered, and how the trajectories ended:", "",
+                  *refusal_table(d["summaries"]), ""]
     lines += _definitions()
     write_text_atomic(out_dir / "report.md", "\n".join(lines) + "\n")
 
@@ -79,16 +80,18 @@ def results_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
     return rows
 
 
-REFUSAL_COLUMNS = ("strategy", "refusal %", "EM answered", "F1 answered", "GenAcc answered")
+REFUSAL_COLUMNS = ("strategy", "refusal %", "EM answered", "F1 answered", "GenAcc answered", "endings")
 
 
 def refusal_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
     """One row per strategy: the share of questions refused, and accuracy on the questions answered (a refusing
-    policy is judged on what it chose to answer, beside its plain EM, where a refusal scores 0)."""
+    policy is judged on what it chose to answer, beside its plain EM, where a refusal scores 0), and how its
+    trajectories ended (the ones out of format are the forced and the cut-off ones)."""
     rows = ["| " + " | ".join(REFUSAL_COLUMNS) + " |", "|" + "|".join("---" for _ in REFUSAL_COLUMNS) + "|"]
     for name, s in summaries.items():
+        endings = ", ".join(f"{k} {v}" for k, v in sorted(s.get("finish", {}).items(), key=lambda kv: -kv[1]))
         cells = [name, _pct(s.get("refusal_rate")),
-                 *(_pct(s.get(f"{k}_answered")) for k in ("em", "f1", "gen_acc"))]
+                 *(_pct(s.get(f"{k}_answered")) for k in ("em", "f1", "gen_acc")), endings or "—"]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 
