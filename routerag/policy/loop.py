@@ -50,7 +50,7 @@ EventSink = Callable[[Event], Awaitable[None] | None]
 
 @dataclass(slots=True)
 class LoopConfig:
-    """One trajectory's rules. The six loop settings are documented, and their defaults set, once, in
+    """One trajectory's rules. The seven loop settings are documented, and their defaults set, once, in
     :class:`routerag.config.LoopSettings` / :data:`~routerag.config.LOOP_DEFAULTS`."""
 
     budget: int = LOOP_DEFAULTS["budget"]
