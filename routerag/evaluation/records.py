@@ -153,10 +153,7 @@ def summarize(records: Sequence[dict[str, Any]], *, _by_type: bool = False) -> d
     out: dict[str, Any] = {
         "questions": n,
         "em": em, "f1": f, "gen_acc": ga,
-        "finish": "how each trajectory ended (the endings column): answer or refused (on its own), forced_answer (past "
-              "the search budget or the invalid turns allowed, the answer was forced), no_answer (cut off by the "
-              "response's token budget, or a forced turn that gave no answer), error",
-    "refusal_rate": (n - len(answered)) / n if n else None,
+        "refusal_rate": (n - len(answered)) / n if n else None,
         **{f"{k}_answered": _mean([r.get(k) for r in answered]) for k in ("em", "f1", "gen_acc")},
         **{k: mean(k) for k in RECALL_KEYS},
         "answer_recall": mean("answer_recall"),
