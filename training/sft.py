@@ -118,6 +118,12 @@ def is_multi_hop(item: QAItem) -> bool:
     return bool(item.meta.get("multi_hop"))
 
 
+def judged_by_support(item: QAItem) -> bool:
+    """Whether a plan for ``item`` is complete when it has every supporting page (a multi-hop question whose
+    supporting titles are known), rather than when a document names the answer."""
+    return is_multi_hop(item) and bool(item.supporting)
+
+
 def missing_support(item: QAItem, plan: Sequence[PlannedSearch]) -> list[str]:
     """Titles of the item's supporting passages that no search of ``plan`` returned, in the data set's order."""
     seen = {title_key(d.title) for step in plan for d in step.docs}
@@ -127,7 +133,7 @@ def missing_support(item: QAItem, plan: Sequence[PlannedSearch]) -> list[str]:
 def needs_more(item: QAItem, plan: Sequence[PlannedSearch]) -> bool:
     """Whether ``plan`` misses what the question needs: a supporting page of a multi-hop question, else a document
     that names the answer."""
-    if is_multi_hop(item) and item.supporting:
+    if judged_by_support(item):
         return bool(missing_support(item, plan))
     return answer_span([d for step in plan for d in step.docs], item.answers) is None
 
@@ -135,7 +141,7 @@ def needs_more(item: QAItem, plan: Sequence[PlannedSearch]) -> bool:
 def adds_evidence(item: QAItem, plan: Sequence[PlannedSearch], docs: Sequence[RetrievedDoc]) -> bool:
     """Whether a further search's ``docs`` bring what ``plan`` misses: a missing supporting page of a multi-hop
     question, else a document that names the answer (a search that finds nothing new teaches nothing)."""
-    if is_multi_hop(item) and item.supporting:
+    if judged_by_support(item):
         missing = {title_key(t) for t in missing_support(item, plan)}
         return any(title_key(d.title) in missing for d in docs)
     return answer_span(docs, item.answers) is not None
@@ -179,7 +185,7 @@ def found_answer(item: QAItem, plan: Sequence[PlannedSearch], counter: TokenCoun
 def covers_support(item: QAItem, plan: Sequence[PlannedSearch]) -> bool:
     """A multi-hop trajectory that retrieved every supporting passage: it answers even where no document spells
     the answer out (a comparison's "yes"), instead of refusing."""
-    return is_multi_hop(item) and bool(item.supporting) and not missing_support(item, plan)
+    return judged_by_support(item) and not missing_support(item, plan)
 
 
 def unanswered(item: QAItem, plan: Sequence[PlannedSearch], counter: TokenCounter, *,
