@@ -205,8 +205,8 @@ class Retriever:
                 arrays.append(half.numpy())
             solver = getattr(self, "solver", None)
             if solver is not None:
-                arrays += [solver.S.data, solver.S.indices, solver.S.indptr, solver.perm, solver.inv,
-                           solver.sqrt_deg, solver.inv_sqrt_deg]
+                arrays += [solver.S.data, solver.S.indices, solver.S.indptr, solver.M.data, solver.M.indices,
+                           solver.M.indptr, solver.perm, solver.inv, solver.sqrt_deg, solver.inv_sqrt_deg]
         return total + sum(int(a.nbytes) for a in arrays)
 
     def embed(self, queries: Sequence[str]) -> np.ndarray:
