@@ -203,26 +203,36 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
 
 
 def test_float16_screened_fact_matching_equals_the_float32_scan() -> None:
-    from routerag.retrieval.facts import FactScorer
+    """The screened single-query path and the batched GEMM both give the top facts, minimum and maximum of an exact
+    scan, up to float32 rounding: facts whose scores differ by less than that (near copies, exact duplicates) may
+    come in either order, as they would between two float32 scans that sum in different orders."""
+    from routerag.retrieval.facts import SMALL_BATCH, FactScorer
 
     rng = np.random.default_rng(0)
-    facts = unit_rows(rng.standard_normal((5000, 64)))
+    facts = unit_rows(rng.standard_normal((5000, 64))).astype(np.float32)
     # near-ties that float16 cannot tell apart: copies nudged by less than its resolution
-    base = facts[:20]
+    base = facts[:20].copy()
     facts[20:40] = unit_rows(base + 1e-5 * rng.standard_normal(base.shape))
-    facts[40:60] = base  # exact duplicates: ties go to the lower index
-    queries = np.vstack([unit_rows(base[:6] + 0.3 * rng.standard_normal((6, 64))), base[6:9]])
+    facts[40:60] = base  # exact duplicates
+    queries = np.vstack([unit_rows(base[:6] + 0.3 * rng.standard_normal((6, 64))), base[6:9]]).astype(np.float32)
     scorer = FactScorer(facts)
-    small = scorer.match(queries, 5)  # screened in float16, rescored in float32
-    big = scorer._match_gemm(queries, 5)  # the float32 scan
-    exact = queries @ facts.T
+    assert len(queries) > SMALL_BATCH
+    big = scorer.match(queries, 5)  # a large batch: the float32 GEMM
+    exact = queries.astype(np.float64) @ facts.T.astype(np.float64)
     for r in range(len(queries)):
-        order = np.lexsort((np.arange(len(facts)), -exact[r]))[:5]
-        assert list(small.top[r]) == list(order)
-        assert np.allclose(small.scores[r], exact[r, order], atol=1e-6)
-        assert small.lo[r] == pytest.approx(exact[r].min(), abs=1e-6)
-        assert small.hi[r] == pytest.approx(exact[r].max(), abs=1e-6)
-        assert set(big.top[r]) == set(order) or np.allclose(np.sort(exact[r, big.top[r]]), np.sort(exact[r, order]))
+        best = np.sort(exact[r])[::-1][:5]
+        small = scorer.match(queries[r:r + 1], 5)  # one query: screened in float16, rescored in float32
+        for got in (small.top[0], big.top[r]):
+            assert len(set(got)) == 5
+            assert np.allclose(exact[r, got], best, atol=1e-6)  # the top 5, best first, up to float32 rounding
+        assert np.allclose(small.scores[0], exact[r, small.top[0]], atol=1e-6)
+        for m, i in ((small, 0), (big, r)):
+            assert m.lo[i] == pytest.approx(exact[r].min(), abs=1e-6)
+            assert m.hi[i] == pytest.approx(exact[r].max(), abs=1e-6)
+    # where the top 5 is clear of rounding, both paths pick exactly the same facts in the same order
+    clear = FactScorer(unit_rows(rng.standard_normal((5000, 64))).astype(np.float32))
+    q = unit_rows(rng.standard_normal((12, 64))).astype(np.float32)
+    assert [list(clear.match(q[r:r + 1], 5).top[0]) for r in range(12)] == [list(t) for t in clear.match(q, 5).top]
     assert scorer.bound(1.0) < 2e-3  # the proven float16 error stays small for unit vectors
 
 
@@ -281,3 +291,32 @@ def test_approximate_fact_index_finds_the_top_facts_and_the_range(kind: str) -> 
         np.testing.assert_allclose(approx.scores[r], emb[approx.top[r]] @ q[r], rtol=1e-5)
     assert np.all(approx.lo >= exact.lo - 1e-5) and np.mean(np.abs(approx.lo - exact.lo)) < 0.15
     np.testing.assert_allclose(approx.hi, exact.hi, rtol=1e-5) if kind == "hnsw" else None
+
+
+def test_query_floors_count_the_encoder_work_and_bound_throughput(retriever: Retriever) -> None:
+    """benchmarks/query_floors.py (issue 19's lower bounds): the encoder's FLOPs follow from its shapes and the
+    question's own token count, and the ceilings are the floors' arithmetic."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from query_floors import encoder_flops, floors
+    from tokenizers import Tokenizer
+
+    from graph_index.embedders.sentence_transformers import embedded_minilm_path
+
+    folder = embedded_minilm_path()
+    question = "Where was the glass lighthouse built?"
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.no_padding()
+    s = len(tok.encode(question).ids)  # [CLS] … [SEP]
+    assert 8 < s < 20
+    layers, h, inner = 6, 384, 1536  # all-MiniLM-L6-v2
+    assert encoder_flops(folder, [question]) == [2.0 * layers * s * (4 * h * h + 2 * h * inner + 2 * s * h)]
+    out = floors(retriever, [question])
+    b = out["batched_floor_ms_per_query"]
+    assert out["machine"]["gemm_gflops"] > 0 and out["machine"]["int8_gemm_gops"] > 0
+    assert out["batched_ceiling_qps_without_pagerank"] == pytest.approx(
+        1000 / (b["encode"] + b["facts"] + b["dense"]), rel=2e-3)
+    assert b["encode"] == pytest.approx(encoder_flops(folder, [question])[0] / (out["machine"]["gemm_gflops"] * 1e6),
+                                        rel=2e-3)
+    assert out["batched_estimate_qps_int8_encoder_and_pagerank"] < out["batched_ceiling_qps_without_pagerank_int8_encoder"]

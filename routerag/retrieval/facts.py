@@ -4,7 +4,8 @@
 A single query is memory-bound: the float32 fact table is read once per query (103 MB for 67k facts × 384
 dimensions, ~4.5 ms at this machine's bandwidth). Here a query first scans a float16 copy (half the bytes, torch's
 multi-threaded half-precision kernel), then rescores in float32 only the facts that could be in the exact top k or
-be the exact minimum given a proven error bound on the float16 scores. The result equals the float32 scan's.
+be the exact minimum given a proven error bound on the float16 scores. The result equals the float32 scan's, up
+to that scan's own rounding: facts whose scores differ by less than float32 resolution may come in either order.
 
 Large batches go through one float32 GEMM instead, where the arithmetic is amortised and bandwidth matters less.
 """
