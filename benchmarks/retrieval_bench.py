@@ -2,7 +2,7 @@
 
     python benchmarks/retrieval_bench.py INDEX_DIR QUESTIONS.json [--modes passage,graph,hybrid]
         [--latency 200] [--reference 100] [--variant today:query_encoder=torch] [--push-eps 1e-6,1e-7]
-        [--out results.json]
+        [--floors] [--out results.json]
 
 Quality: recall@2/5/10 of the gold supporting passages, and answer-recall@5 (a top-5 passage contains a gold
 answer alias). Speed: single-query latency (p50/p95, query embedding included) and batched throughput, each with
@@ -12,7 +12,8 @@ prpack called once per query (HippoRAG 2's way) as the reference.
 ``--variant NAME:FIELD=VALUE[;FIELD=VALUE]`` runs the same measurements, in the same process and run, for another
 configuration (e.g. today's path: ``query_encoder=torch``), with its top-10 agreement against the main one.
 ``--push-eps`` measures forward-push PageRank (``routerag/retrieval/push.py``) against the Chebyshev solver on the
-latency queries' own seeds: latency and top-10 agreement per residual threshold.
+latency queries' own seeds: latency and top-10 agreement per residual threshold. ``--floors`` adds the lower bounds
+of ``benchmarks/query_floors.py`` (each stage's work at this machine's best measured rates) beside the measurements.
 """
 
 from __future__ import annotations
@@ -166,6 +167,7 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:FIELD=VALUE[;FIELD=VALUE]: also measure this configuration (repeatable)")
     ap.add_argument("--push-eps", default="", help="comma-separated residual thresholds for forward-push PPR")
+    ap.add_argument("--floors", action="store_true", help="also measure the per-stage lower bounds on this machine")
     args = ap.parse_args()
     configure_threads()
     cfg = RetrievalConfig(**parse_overrides(args.set))
@@ -213,6 +215,11 @@ def main() -> None:
         report["push_ppr"] = push_comparison(retriever, questions[: max(args.latency, 50)],
                                              [float(e) for e in args.push_eps.split(",")])
         print("push", json.dumps(report["push_ppr"]), flush=True)
+    if args.floors:
+        from query_floors import floors
+
+        report["floors"] = floors(retriever, questions, report["modes"].get("hybrid"))
+        print("floors", json.dumps(report["floors"]), flush=True)
     if args.reference:
         # the straightforward way: one query at a time, igraph's prpack for the PageRank (HippoRAG 2)
         ref = Retriever(retriever.data, cfg.model_copy(update={"ppr_backend": "igraph"}), embedder=retriever.embedder)
