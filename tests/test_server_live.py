@@ -63,6 +63,57 @@ def test_http_search_needs_the_key(server_url: str) -> None:
     assert exc.value.response.status_code == 401
 
 
+def test_a_request_the_server_refuses_is_a_query_error_for_both_endpoint_clients(server_url: str) -> None:
+    """A query or k the server refuses (400, 422) is the QueryError a local retriever would raise, with the server's
+    message, from HTTPSearch and from the sharded client alike (every shard would refuse it: no shard failure)."""
+    from routerag.retrieval import QueryError
+    from routerag.retrieval.shards import ShardedRetriever
+
+    async def go(client, query: str, k: int):
+        try:
+            if isinstance(client, ShardedRetriever):
+                return await client.search([query], "graph", k)
+            return await client.search(query, "graph", k)
+        finally:
+            await client.aclose()
+
+    for make in (lambda: HTTPSearch(server_url, api_key="live-key"),
+                 lambda: ShardedRetriever([server_url], api_key="live-key")):
+        with pytest.raises(QueryError, match=r"refused the request \(422\).*topk"):
+            asyncio.run(go(make(), Q, 50))  # the server's max_k is 20
+        with pytest.raises(QueryError, match=r"refused the request \(422\).*non-whitespace"):
+            asyncio.run(go(make(), "   ", 3))
+
+
+def test_fresh_documents_past_the_server_max_k_is_a_failed_search_not_a_crash(server_url: str, index: Path,
+                                                                              retriever: Retriever) -> None:
+    """With fresh_documents, a second search asks for k more per document shown; past a remote server's max_k the
+    server refuses it, and the policy is told its search failed (as for any refused query) and goes on."""
+    from routerag.prompts import SEARCH_FAILED_NOTICE
+
+    from .helpers.scripted import ScriptedGenerator
+
+    gen = ScriptedGenerator(["<search>[passage] Joran Veld</search>", "<search>[passage] Joran Veld</search>",
+                             "<answer>Tarsk</answer>"])
+
+    async def go():
+        search = HTTPSearch(server_url, api_key="live-key")
+        try:
+            engine = Engine(index, Settings(policy={"k": 12, "fresh_documents": True, "budget": 3}), generator=gen,
+                            search=search, retriever=retriever)
+            return await engine.ask(Q)
+        finally:
+            await search.aclose()
+
+    traj = asyncio.run(go())
+    shown = len(traj.steps[0].doc_titles)
+    assert traj.steps[0].action == "search" and shown > 8  # 12 + shown > 20: the second search is refused
+    assert traj.steps[1].action == "invalid"
+    assert SEARCH_FAILED_NOTICE.split("{")[0] in gen.requests[2].prompt_text
+    assert "topk" in gen.requests[2].prompt_text
+    assert traj.finish == "answer" and traj.answer == "Tarsk"
+
+
 def test_policy_loop_searching_through_the_live_server(server_url: str, index: Path, retriever: Retriever) -> None:
     """An engine whose searches go over HTTP to another server's /retrieve (a remote retrieval deployment)."""
     async def go():

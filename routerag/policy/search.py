@@ -9,7 +9,7 @@ import httpx
 
 from ..batching import MicroBatcher
 from ..retrieval import QueryError, RetrievalResult, Retriever
-from ..retrieval.shards import ShardedRetriever, parse_document, retrieve_url
+from ..retrieval.shards import ShardedRetriever, parse_document, refusal, retrieve_url
 from ..vocabulary import Mode
 
 
@@ -63,8 +63,14 @@ class HTTPSearch:
         self.client = httpx.AsyncClient(timeout=timeout_s, headers=headers)
 
     async def search(self, query: str, mode: Mode, k: int) -> RetrievalResult:
+        """One search; a request the server refuses (a bad query, a ``k`` above its ``max_k``) raises
+        :class:`QueryError` as the local retriever would, so the loop reports it to the policy; any other failure
+        (auth, server error, network) raises as an HTTP error."""
         resp = await self.client.post(self.url, json={"queries": [query], "topk": k, "return_scores": True,
                                                       "mode": mode})
+        refused = refusal(resp)
+        if refused is not None:
+            raise refused
         resp.raise_for_status()
         body = resp.json()
         docs = [parse_document(item) for item in body["result"][0]]

@@ -35,6 +35,19 @@ class ShardsUnavailable(RuntimeError):
     """No shard answered: nothing to merge."""
 
 
+def refusal(resp: httpx.Response) -> QueryError | None:
+    """A ``/retrieve`` server's refusal of the request itself, as the :class:`QueryError` a local retriever would
+    raise: 400 (the query: empty, too long) or 422 (a field out of range, e.g. ``topk`` above the server's
+    ``max_k``), with the server's message. Any other server would refuse it too, so it is not a shard failure."""
+    if resp.status_code not in (400, 422):
+        return None
+    try:
+        message = resp.json().get("error", {}).get("message") or resp.text
+    except (ValueError, AttributeError):
+        message = resp.text
+    return QueryError(f"the retrieval server refused the request ({resp.status_code}): {message}")
+
+
 @dataclass(frozen=True, slots=True)
 class ShardReport:
     """How one shard answered one fan-out."""
@@ -117,8 +130,9 @@ class ShardedRetriever:
             resp = await asyncio.wait_for(
                 self.client.post(url, json={"queries": queries, "topk": k, "mode": mode, "return_scores": True}),
                 self.timeout_s)
-            if resp.status_code == 400:  # the query itself is refused (every shard would refuse it)
-                raise QueryError(resp.json().get("error", {}).get("message", resp.text))
+            refused = refusal(resp)
+            if refused is not None:
+                raise refused
             resp.raise_for_status()
             rows = resp.json()["result"]
             if len(rows) != len(queries):
