@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import faiss
 import numpy as np
@@ -14,6 +17,32 @@ from .config import DenseIndexConfig
 log = logging.getLogger(__name__)
 
 _MIN_POINTS_PER_CELL = 39  # FAISS warns below this many training points per IVF centroid
+_BLAS_LOCK = threading.Lock()
+
+
+def search(index: faiss.Index, queries: np.ndarray, k: int, *, blas_from: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``index.search``, with batches of at least ``blas_from`` queries (0: never) on FAISS's BLAS kernel.
+
+    Why: FAISS picks between its own kernel and BLAS by a process-wide threshold (``distance_compute_blas_threshold``,
+    128,000 in faiss-cpu 1.15). On the 7,594-passage flat index, 256 queries took 146 ms through the default choice
+    and 25 ms with the threshold at 20 (BLAS), the same ids, scores within 3e-7; one query stays faster on the
+    default (0.8 against 2.1 ms). The threshold is set only for the call, under a lock, and restored.
+    """
+    if not blas_from or len(queries) < blas_from:
+        return index.search(queries, k)
+    with _blas_threshold(20):
+        return index.search(queries, k)
+
+
+@contextmanager
+def _blas_threshold(value: int) -> Iterator[None]:
+    with _BLAS_LOCK:
+        before = faiss.cvar.distance_compute_blas_threshold
+        faiss.cvar.distance_compute_blas_threshold = value
+        try:
+            yield
+        finally:
+            faiss.cvar.distance_compute_blas_threshold = before
 
 
 def build_dense_index(embs: np.ndarray, cfg: DenseIndexConfig) -> faiss.Index:

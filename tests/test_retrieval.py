@@ -320,3 +320,23 @@ def test_query_floors_count_the_encoder_work_and_bound_throughput(retriever: Ret
     assert b["encode"] == pytest.approx(encoder_flops(folder, [question])[0] / (out["machine"]["gemm_gflops"] * 1e6),
                                         rel=2e-3)
     assert out["batched_estimate_qps_int8_encoder_and_pagerank"] < out["batched_ceiling_qps_without_pagerank_int8_encoder"]
+
+
+def test_dense_search_on_the_blas_kernel_gives_the_same_results_and_restores_faiss() -> None:
+    """graph_index.dense.search: a batch on FAISS's BLAS kernel finds what FAISS's default choice finds, and the
+    process-wide threshold it sets for the call is put back."""
+    import faiss
+
+    from graph_index.dense import search
+
+    rng = np.random.default_rng(3)
+    index = faiss.IndexFlatIP(32)
+    index.add(unit_rows(rng.standard_normal((3000, 32))).astype(np.float32))
+    q = unit_rows(rng.standard_normal((40, 32))).astype(np.float32)
+    before = faiss.cvar.distance_compute_blas_threshold
+    want_d, want_i = index.search(q, 10)
+    got_d, got_i = search(index, q, 10, blas_from=16)
+    assert faiss.cvar.distance_compute_blas_threshold == before
+    assert (got_i == want_i).all() and np.allclose(got_d, want_d, atol=1e-5)
+    small_d, small_i = search(index, q[:3], 10, blas_from=16)  # below blas_from: FAISS's own choice, untouched
+    assert (small_i == want_i[:3]).all() and (small_d == want_d[:3]).all()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from graph_index.dense import search as dense_search
 from graph_index.embedders import Embedder, make_embedder
 from graph_index.llm_clients import resolve_api_key
 from graph_index.store import IndexData, release_freed_memory
@@ -245,7 +246,7 @@ class Retriever:
         scores = ids = None
         if search_n:
             t = time.perf_counter()
-            scores, ids = self.dense.search(q, search_n)
+            scores, ids = dense_search(self.dense, q, search_n, blas_from=self.cfg.dense_blas_from)
             timings["dense"] = _ms(t)
         if mode in ("passage", "hybrid"):
             passage_lists = [[(int(i), float(s)) for i, s in zip(ids[r][:depth], scores[r][:depth]) if i >= 0]
