@@ -340,3 +340,16 @@ def test_dense_search_on_the_blas_kernel_gives_the_same_results_and_restores_fai
     assert (got_i == want_i).all() and np.allclose(got_d, want_d, atol=1e-5)
     small_d, small_i = search(index, q[:3], 10, blas_from=16)  # below blas_from: FAISS's own choice, untouched
     assert (small_i == want_i[:3]).all() and (small_d == want_d[:3]).all()
+
+
+def test_long_chebyshev_solves_stay_finite_and_match_igraph() -> None:
+    """The step kept as c·u (u grows as 1/c) over many steps: a tight tolerance at a small damping is 20+ steps,
+    where c would leave float32's range without the rescaling."""
+    g = random_graph(7, n=300, m=1200)
+    solver = PPRSolver.from_igraph(g, damping=0.1, tol=1e-40)
+    assert solver.steps > 20
+    reset = np.zeros(solver.n)
+    reset[[3, 50]] = 1.0
+    got = solver.solve(reset)
+    assert np.isfinite(got).all()
+    assert np.allclose(got, igraph_ppr(g, reset, damping=0.1), atol=1e-5)

@@ -234,6 +234,9 @@ class PPRSolver:
             a, b = rho_next * rho, 2 * rho_next / d
             st.add_(rt, alpha=b / (a * c))
             c *= a
+            if c < 1e-12:  # u grows as 1/c: fold c back in before float32 could overflow (long solves only)
+                st.mul_(c)
+                c = 1.0
             rho = rho_next
 
 
