@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+EMBEDDED_IDENTITY = "st:all-MiniLM-L6-v2"
+
 
 def best_seconds(fn: Callable[[], object], repeats: int) -> float:
     fn()
@@ -94,9 +96,13 @@ def encoder_flops(folder: Path, questions: list[str]) -> list[float]:
 
 def floors(retriever, questions: list[str], measured: dict | None = None) -> dict:  # noqa: ANN001 - a Retriever
     """Work per query, machine rates and the resulting floors; ``measured`` (retrieval_bench's hybrid speed entry)
-    is set beside them."""
+    is set beside them. The encoder's FLOPs are counted from the embedded MiniLM's folder, so an index embedded by
+    another model is refused rather than given another model's floors."""
     from graph_index.embedders.sentence_transformers import embedded_minilm_path
 
+    if retriever.embedder.identity != EMBEDDED_IDENTITY:
+        raise ValueError(f"--floors counts the embedded MiniLM's work; this index is embedded with "
+                         f"{retriever.embedder.identity}")
     rates = machine_rates()
     gflops, bw = rates["gemm_gflops"], rates["read_gb_s"]
     retriever._ensure_graph()
