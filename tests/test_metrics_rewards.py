@@ -56,6 +56,8 @@ def test_routerag_time_efficiency_exact() -> None:
     assert r[0] == pytest.approx(1.2263513513)
     assert routerag_time_efficiency([1, 0], [0, 0]) == [1.0, 0.0]  # nobody retrieved: no efficiency term
     assert routerag_time_efficiency([], []) == []
+    # paid: who earns the term (default: correct > 0)
+    assert routerag_time_efficiency([1, 1, 0.5, 1], [0, 100, 200, 400], paid=[True, False, False, True])[1:3] == [1.0, 0.5]
 
 
 @pytest.mark.parametrize("correct, rc, stage, expected", [
@@ -153,6 +155,13 @@ def test_outcome_presets_credit_found_evidence_and_price_searches_by_the_table()
     assert [b.total for b in stage2] == pytest.approx(routerag_time_efficiency([0.5, 0.5, 1, 0],
                                                                               [20.0, 68.0, 34.0, 33.0]))
     assert stage2[0].total > stage2[1].total and stage2[2].total > stage2[3].total == 0.0
+    # outcome-stage2-em: the same correctness, but the time term pays only the right answer (RouteRAG's EM = 1):
+    # found-but-misread evidence keeps its 0.5 whatever its cost
+    paid_right = batch_rewards(rs, golds, RewardConfig.preset("outcome-stage2-em"), cost_table=table)
+    assert [b.total for b in paid_right] == pytest.approx(routerag_time_efficiency(
+        [0.5, 0.5, 1, 0], [20.0, 68.0, 34.0, 33.0], paid=[False, False, True, False]))
+    assert [b.total for b in paid_right][:2] == [0.5, 0.5] and paid_right[2].total != 1.0
+    assert paid_right[2].total == pytest.approx(stage2[2].total)
     with pytest.raises(ValueError, match="cost_table"):
         batch_rewards(rs, golds, RewardConfig.preset("outcome-stage2"))
     support = batch_rewards([rollout("x", 1, titles=[["A"]])], [["y"]], RewardConfig(retrieval="support"),

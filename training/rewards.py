@@ -25,7 +25,8 @@ GenAcc are 0 whatever the configuration.
 
 The presets ``routerag-stage1`` (EM) and ``routerag-stage2`` (EM + time efficiency) reproduce RouteRAG;
 ``outcome-stage1`` (EM + 0.5 × the answer found in the documents: a right reader scores 1.5, found evidence alone
-0.5) and ``outcome-stage2`` (the same + time efficiency over the cost table) are the CPU recipe's;
+0.5) and ``outcome-stage2`` (the same + time efficiency over the cost table, paid to every rollout above 0) are the
+CPU recipe's; ``outcome-stage2-em`` pays the time term only to right answers, as RouteRAG does;
 ``refusal-stage1`` and ``refusal-stage2`` are RouteRAG's two with EVO-RAG's refusal reward.
 """
 
@@ -123,11 +124,13 @@ def table_cost(rollout: Rollout, table: dict[str, float]) -> float:
 
 
 def routerag_time_efficiency(correct: Sequence[float], retrieval_ms: Sequence[float], *,
-                             percentile: float = 95.0, scale: float = 0.5) -> list[float]:
+                             percentile: float = 95.0, scale: float = 0.5,
+                             paid: Sequence[bool] | None = None) -> list[float]:
     """RouteRAG's stage-2 reward for a batch: EM when wrong, else EM + (s̄ − sᵢ).
 
     sᵢ = min(scale·tᵢ/T, scale) with T the batch ``percentile`` of retrieval time, so sᵢ and s̄ lie in [0, 0.5];
-    a batch that never retrieved (T = 0) gets no efficiency term.
+    a batch that never retrieved (T = 0) gets no efficiency term. ``paid`` says which rollouts earn the term
+    (default: those whose ``correct`` is above 0; RouteRAG's EM = 1 when ``correct`` is EM).
     """
     t = np.asarray(retrieval_ms, dtype=np.float64)
     em = np.asarray(correct, dtype=np.float64)
@@ -136,7 +139,8 @@ def routerag_time_efficiency(correct: Sequence[float], retrieval_ms: Sequence[fl
     big_t = float(np.percentile(t, percentile))
     s = np.minimum(scale * t / big_t, scale) if big_t > 0 else np.zeros_like(t)
     bonus = s.mean() - s
-    return [float(e + b) if e > 0 else float(e) for e, b in zip(em, bonus)]
+    gate = [e > 0 for e in em] if paid is None else list(paid)
+    return [float(e + b) if g else float(e) for e, b, g in zip(em, bonus, gate, strict=True)]
 
 
 def retrieval_count_reward(correct: bool, retrievals: int, stage: Literal[1, 2], *, beta: float = 0.3,
@@ -254,6 +258,10 @@ class RewardConfig(BaseModel):
     time_cost: Literal["measured", "table"] = "measured"
     """What the time-efficiency term charges: the measured retrieval time (RouteRAG) or each search's per-mode
     median from a cost table measured in isolation (pass ``cost_table`` to :func:`batch_rewards`)."""
+    efficiency_paid: Literal["correct", "answer"] = "correct"
+    """Which rollouts RouteRAG's time term pays: ``correct``, every rollout whose correctness (with the retrieval
+    outcome, when one is combined) is above 0; ``answer``, only rollouts whose answer is right (RouteRAG: EM = 1),
+    so found-but-misread evidence earns no bonus for a cheap route (docs/training.md, the 18-step runs)."""
 
     @classmethod
     def preset(cls, name: str) -> RewardConfig:
@@ -266,6 +274,8 @@ class RewardConfig(BaseModel):
                                   efficiency="none"),
             "outcome-stage2": cls(stage=2, correctness="em", retrieval="answer", retrieval_combine="sum",
                                   efficiency="routerag_time", time_cost="table"),
+            "outcome-stage2-em": cls(stage=2, correctness="em", retrieval="answer", retrieval_combine="sum",
+                                     efficiency="routerag_time", time_cost="table", efficiency_paid="answer"),
             "refusal-stage1": cls(stage=1, correctness="em", efficiency="none", refusal=True),
             "refusal-stage2": cls(stage=2, correctness="em", efficiency="routerag_time", refusal=True),
         }
@@ -319,7 +329,8 @@ def batch_rewards(
     else:
         cost = [r.retrieval_ms for r in rollouts]
     if cfg.efficiency == "routerag_time":
-        base = routerag_time_efficiency(correct, cost, percentile=cfg.time_percentile)
+        paid = [a > 0 for a in answer_score] if cfg.efficiency_paid == "answer" else None
+        base = routerag_time_efficiency(correct, cost, percentile=cfg.time_percentile, paid=paid)
     elif cfg.efficiency == "retrieval_count":
         base = [retrieval_count_reward(c > 0, r.searches, cfg.stage, beta=cfg.beta) for c, r in zip(correct, rollouts)]
     else:
