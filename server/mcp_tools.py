@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -77,6 +76,6 @@ def create_mcp(engine: Engine, settings: Settings) -> MCPServer:
 
 
 def tool_names(srv: MCPServer) -> list[str]:
-    """The registered tools' names (for the CLI's start-up line)."""
-    tools: Any = srv._tool_manager.list_tools()  # noqa: SLF001 - the SDK has no public sync listing
-    return [t.name for t in tools]
+    """The registered tools' names (for the CLI's start-up line), through the SDK's public listing; called before
+    the server's own event loop starts, so a short-lived loop runs it."""
+    return [t.name for t in asyncio.run(srv.list_tools())]

@@ -14,7 +14,7 @@ from mcp.client.stdio import StdioServerParameters
 from routerag.config import Settings
 from routerag.engine import Engine
 from routerag.retrieval import Retriever
-from server.mcp_tools import create_mcp
+from server.mcp_tools import create_mcp, tool_names
 
 from .helpers.server_helpers import RoutingPolicy
 
@@ -31,6 +31,7 @@ def test_search_and_ask_through_the_sdk_client(index: Path, retriever: Retriever
     engine = Engine(index, settings, generator=RoutingPolicy("[graph]"), retriever=retriever)
     engine.warm_up()
     srv = create_mcp(engine, settings)
+    assert tool_names(srv) == ["search", "ask"]  # the CLI's start-up line, before any event loop runs
 
     async def go() -> None:
         async with Client(srv) as client:
