@@ -92,6 +92,10 @@ class RetrievalConfig(StrictModel):
     """Batches of at least this many queries search the dense index through FAISS's BLAS kernel
     (``graph_index.dense.search``; 0 = FAISS's own choice always): 5.8x faster for 256 queries on the PopQA index,
     same results; ``benchmarks/retrieval_bench.py --variant "before:dense_blas_from=0"`` measures it."""
+    fact_blas_threads: int = Field(0, ge=0)
+    """Threads that share a batch's fact GEMM (more than ``facts.SMALL_BATCH`` queries), each running
+    single-threaded BLAS on a slice of the queries; 0 = as many as torch uses. ``--variant
+    "before:fact_blas_threads=1"`` (one thread, the path before) measures the difference."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     ppr_backend: Literal["batched", "igraph"] = "batched"
     """``igraph``: one prpack call per query, as HippoRAG 2 does (the reference the batched solver is checked and

@@ -214,10 +214,11 @@ def test_float16_screened_fact_matching_equals_the_float32_scan() -> None:
     base = facts[:20].copy()
     facts[20:40] = unit_rows(base + 1e-5 * rng.standard_normal(base.shape))
     facts[40:60] = base  # exact duplicates
-    queries = np.vstack([unit_rows(base[:6] + 0.3 * rng.standard_normal((6, 64))), base[6:9]]).astype(np.float32)
-    scorer = FactScorer(facts)
-    assert len(queries) > SMALL_BATCH
-    big = scorer.match(queries, 5)  # a large batch: the float32 GEMM
+    queries = np.vstack([unit_rows(base[:6] + 0.3 * rng.standard_normal((6, 64))), base[6:9],
+                         unit_rows(base[:9] + 0.3 * rng.standard_normal((9, 64)))]).astype(np.float32)
+    scorer = FactScorer(facts, blas_threads=2)
+    assert len(queries) >= 2 * SMALL_BATCH
+    big = scorer.match(queries, 5)  # a large batch: the float32 GEMM, its rows split over two threads
     exact = queries.astype(np.float64) @ facts.T.astype(np.float64)
     for r in range(len(queries)):
         best = np.sort(exact[r])[::-1][:5]
@@ -230,9 +231,11 @@ def test_float16_screened_fact_matching_equals_the_float32_scan() -> None:
             assert m.lo[i] == pytest.approx(exact[r].min(), abs=1e-6)
             assert m.hi[i] == pytest.approx(exact[r].max(), abs=1e-6)
     # where the top 5 is clear of rounding, both paths pick exactly the same facts in the same order
-    clear = FactScorer(unit_rows(rng.standard_normal((5000, 64))).astype(np.float32))
-    q = unit_rows(rng.standard_normal((12, 64))).astype(np.float32)
-    assert [list(clear.match(q[r:r + 1], 5).top[0]) for r in range(12)] == [list(t) for t in clear.match(q, 5).top]
+    table = unit_rows(rng.standard_normal((5000, 64))).astype(np.float32)
+    q = unit_rows(rng.standard_normal((40, 64))).astype(np.float32)
+    one = [list(FactScorer(table).match(q[r:r + 1], 5).top[0]) for r in range(40)]
+    for threads in (1, 3):  # the GEMM on one thread, and split three ways
+        assert one == [list(t) for t in FactScorer(table, blas_threads=threads).match(q, 5).top]
     assert scorer.bound(1.0) < 2e-3  # the proven float16 error stays small for unit vectors
 
 

@@ -136,8 +136,9 @@ class Retriever:
         g = self.data.graph
         self.fact_ends = self.data.fact_ends
         fact_emb = np.ascontiguousarray(self.data.fact_emb)
-        self.fact_scorer = (FactScorer(fact_emb, self.data.fact_emb_f16) if self.cfg.fact_index == "exact"
-                            else FaissFactScorer(fact_emb, self.cfg.fact_index))
+        self.fact_scorer = (
+            FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads)
+            if self.cfg.fact_index == "exact" else FaissFactScorer(fact_emb, self.cfg.fact_index))
         self.entity_passages = self.data.vertex_passage_counts
         self.n_nodes = g.vcount()
         self._passage_rows = self.data.passage_vertices
