@@ -162,6 +162,13 @@ def test_routing_warm_start_uses_the_labelled_mode_and_searches_again_where_it_m
     assert "<search>[graph] Where was Joran Veld born?</search>" in policy and policy.endswith("<answer> Tarsk </answer>")
     nowhere = {m: RetrievalResult(item.question, m, [miss]) for m in ("passage", "graph", "hybrid")}
     assert len(retrieval_plan(item, nowhere, random.Random(0), label="hybrid")) == 1  # nothing better to try
+    # an over-retrieving warm start: found at once, and searched again anyway, in the cheapest other mode
+    extra = retrieval_plan(item, results, random.Random(0), label="graph", extra=True)
+    assert [(p.mode, p.query) for p in extra] == [("graph", item.question), ("passage", item.question)]
+    ex = build_example(item, extra, tok, random.Random(0))
+    policy = "".join(ch for ch, m in zip(tok.decode(ex.ids), ex.mask) if m)
+    assert policy.count("<search>") == 2 and policy.endswith("<answer> Tarsk </answer>")  # Doc 1 of the first block
+    assert len(retrieval_plan(item, results, random.Random(0), label="graph", extra=True, budget=1)) == 1
 
 
 def test_a_multi_hop_warm_start_searches_the_question_again_for_the_missing_page_and_answers_once_both_are_found(

@@ -80,7 +80,7 @@ def gold_plan(item: QAItem, docs: Sequence[RetrievedDoc], rng: random.Random) ->
 
 def retrieval_plan(item: QAItem, results: dict[str, RetrievalResult], rng: random.Random,
                    label: str | None = None, *, again: dict[str, RetrievalResult] | None = None,
-                   k: int = LOOP_DEFAULTS["k"], budget: int = 2) -> list[PlannedSearch]:
+                   k: int = LOOP_DEFAULTS["k"], budget: int = 2, extra: bool = False) -> list[PlannedSearch]:
     """The routing warm start: what the retriever really returns for the question. The first search uses
     ``label`` (the mode whose documents let the reader answer this question, from :func:`training.data.
     routing_labels`; None: a random mode). When its documents miss what the question needs (:func:`needs_more`)
@@ -91,17 +91,24 @@ def retrieval_plan(item: QAItem, results: dict[str, RetrievalResult], rng: rando
     ``again``: each mode's documents for the question searched a second time under the loop's ``fresh_documents``
     (the retriever asked for ``2k``; those already shown are left out by
     :func:`~routerag.policy.loop.unseen_documents`, as the loop does), so a second search may use the same mode.
-    None: the loop without it, where the same mode would show the same documents again."""
+    None: the loop without it, where the same mode would show the same documents again.
+
+    ``extra``: search again even when the first search found what the question needs (the cheapest follow-up
+    mode, no evidence required): an over-retrieving warm start, the habit RouteRAG's stage-2 cost term is there to
+    remove (docs/training.md, "An over-retrieving warm start")."""
     first = label if label in results else rng.choice(sorted(results))
     plan = [PlannedSearch(first, item.question, list(results[first].docs[:k]))]  # type: ignore[arg-type]
-    if budget < 2 or not needs_more(item, plan):
+    if budget < 2:
+        return plan
+    needed = needs_more(item, plan)
+    if not needed and not extra:
         return plan
     shown = {doc_key(d) for d in plan[0].docs}
     for mode in FOLLOW_UP_MODES:
         if mode not in results or (again is None and mode == first):
             continue
         docs = unseen_documents(again[mode].docs, shown, k) if again is not None else list(results[mode].docs[:k])
-        if adds_evidence(item, plan, docs):
+        if not needed or adds_evidence(item, plan, docs):
             return [*plan, PlannedSearch(mode, item.question, docs)]
     return plan
 

@@ -154,12 +154,18 @@ def sft_cmd(
     routes_from: Annotated[Optional[list[Path]], typer.Option(
         help="A `routerag eval --modes naive-passage,naive-graph,naive-hybrid` folder of these questions (repeat "
              "for several question files): each question's first search uses the mode whose documents served the "
-             "reader best; a multi-hop question (HotpotQA's supporting facts) searches next for the title of a "
-             "supporting page the first search missed (implies --plan retrieval).")] = None,
+             "reader best; where its documents miss what the question needs (the answer; a multi-hop question's "
+             "supporting page), the question is searched again in the cheapest mode whose documents add it "
+             "(implies --plan retrieval).")] = None,
     refusals: Annotated[bool, typer.Option(
         "--refusals", help="A question whose answer none of the retrieved documents holds ends with a refusal "
                            "(an answer that is the refusal marker, refuse in square brackets) instead of a guess, under an instruction that states the "
                            "convention, recorded in the policy card (implies --plan retrieval).")] = False,
+    extra_searches: Annotated[float, typer.Option(
+        min=0.0, max=1.0,
+        help="Share of questions (drawn with the seed) whose trajectory searches again although the first search "
+             "found what they need: an over-retrieving warm start, for showing what stage 2's cost term removes "
+             "(implies --plan retrieval).")] = 0.0,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Build the examples, print their counts and write them to OUT/warm_start_examples.jsonl; "
                           "train nothing.")] = False,
@@ -182,7 +188,7 @@ def sft_cmd(
 
     if plan not in ("gold", "retrieval"):
         raise ValueError("--plan must be gold or retrieval")
-    plan = "retrieval" if routes_from or refusals else plan
+    plan = "retrieval" if routes_from or refusals or extra_searches else plan
     configure_threads()
     settings = load_settings(Settings, config, train={"model": model})
     policy = training_policy(settings)  # the loop (and prompt) the policy will run with, recorded in its card
@@ -208,9 +214,12 @@ def sft_cmd(
         # the loop's fresh_documents: a second search asks for k more and leaves the first k out
         again = {m: retriever.search(asked, mode=m, k=2 * k) for m in MODES} if policy.loop["fresh_documents"] \
             else None
+        # its own generator: the plans' and examples' draws stay what they were without extra searches
+        draw = random.Random(f"extra-searches-{settings.train.seed}")
+        extra = [extra_searches > 0 and draw.random() < extra_searches for _ in items]
         plans = [retrieval_plan(it, {m: results[m][i] for m in MODES}, rng, labels.get(it.id), k=k,
                                 again={m: again[m][i] for m in MODES} if again else None,
-                                budget=policy.loop["budget"])
+                                budget=policy.loop["budget"], extra=extra[i])
                  for i, it in enumerate(items)]
     model_, tok = load_policy(settings.train)
     built = [(it, pl, ex) for it, pl in zip(items, plans)
@@ -243,7 +252,7 @@ def sft_cmd(
         return
     card = card_for(policy, {"by": "routerag train-sft", "model": settings.train.model, "plan": plan,
                              "routes_from": [str(p) for p in routes_from] if routes_from else None, "refusals": refusals,
-                             "refusal_examples": refused, "examples": len(examples), "epochs": epochs, "lr": lr})
+                             "refusal_examples": refused, "extra_searches": extra_searches, "examples": len(examples), "epochs": epochs, "lr": lr})
     hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr, card=card, seed=settings.train.seed)
     folder = out / "adapter"
     write_card(folder, card)
