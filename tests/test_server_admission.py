@@ -51,9 +51,12 @@ def test_overload_gets_fast_503s_with_retry_after_and_no_504(index: Path, retrie
                                                                            for b in bodies]))]
     assert codes.count(504) >= 3, codes
 
-    # with one in flight and three queued, the other six are refused at once and every admitted one finishes
+    # with one in flight and three queued, the other six are refused at once and every admitted one finishes. The
+    # deadline is long here so that only the bound refuses: with 3 s, a loaded machine (a CI run beside training
+    # jobs) made the gate's measured service time long enough that it also refused queued requests that could not
+    # finish in time, which is the next test's subject, with the gate's estimate seeded
     app = make_app(index, retriever, RoutingPolicy(delay_s=0.2, serial=True), max_inflight=1, max_queue=3,
-                   request_timeout_s=3)
+                   request_timeout_s=30)
 
     async def go() -> tuple[list[tuple[httpx.Response, float]], str]:
         results = await timed_posts(app, bodies)
