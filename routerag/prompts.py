@@ -128,6 +128,11 @@ FIRST_THOUGHTS = ("I need to look this up.", "I do not know this; I will search 
                   "Question: {question} I should search.", "Let me search for {query}.")
 NEXT_THOUGHTS = ("The documents do not say it; I need one more search.", "None of these answers it; I will search "
                  "another way.", "Now I search for {query}.")
+CHECK_THOUGHTS = ("Let me check it with one more search.", "I will confirm it with another search.")
+"""The thought before a search made although the documents already answer (``train-sft --extra-searches``): a
+neutral reason, so the warm start teaches searching again as a habit, not as a reading of the documents (with
+NEXT_THOUGHTS' "the documents do not say it" before documents that did, sft7 searched again on 11% of held-out
+questions against 58% of its examples)."""
 FOUND_THOUGHTS = ("The answer is in Doc {n}.", "Doc {n} answers it.")
 """The warm start's last thought names the document that holds the answer instead of quoting it: a 135M policy
 trained to write ``<title> says: "<sentence>"`` looped on that template under greedy decoding (docs/training.md),

@@ -141,6 +141,7 @@ def test_warm_start_names_the_answers_document_and_copies_no_title() -> None:
 
 
 def test_routing_warm_start_uses_the_labelled_mode_and_searches_again_where_it_missed() -> None:
+    from routerag.prompts import CHECK_THOUGHTS, NEXT_THOUGHTS
     from routerag.retrieval import RetrievalResult, RetrievedDoc
     from training.sft import build_example, retrieval_plan
 
@@ -164,10 +165,14 @@ def test_routing_warm_start_uses_the_labelled_mode_and_searches_again_where_it_m
     assert len(retrieval_plan(item, nowhere, random.Random(0), label="hybrid")) == 1  # nothing better to try
     # an over-retrieving warm start: found at once, and searched again anyway, in the cheapest other mode
     extra = retrieval_plan(item, results, random.Random(0), label="graph", extra=True)
-    assert [(p.mode, p.query) for p in extra] == [("graph", item.question), ("passage", item.question)]
+    assert [(p.mode, p.query, p.extra) for p in extra] == [("graph", item.question, False),
+                                                           ("passage", item.question, True)]
     ex = build_example(item, extra, tok, random.Random(0))
     policy = "".join(ch for ch, m in zip(tok.decode(ex.ids), ex.mask) if m)
     assert policy.count("<search>") == 2 and policy.endswith("<answer> Tarsk </answer>")  # Doc 1 of the first block
+    # a neutral reason for the extra search, never "the documents do not say it" before documents that did
+    assert any(t in policy for t in CHECK_THOUGHTS) and not any(t[:20] in policy for t in NEXT_THOUGHTS)
+    assert not any(p.extra for p in retrieval_plan(item, results, random.Random(0), label="passage"))  # needed
     assert len(retrieval_plan(item, results, random.Random(0), label="graph", extra=True, budget=1)) == 1
 
 

@@ -38,7 +38,7 @@ from routerag.policy.card import PolicyCard
 from routerag.policy.citations import split_sentences
 from routerag.policy.loop import doc_key, information_block, unseen_documents
 from routerag.policy.tokens import TokenCounter
-from routerag.prompts import (COMBINED_THOUGHTS, DEFAULT_INSTRUCTION, FIRST_THOUGHTS, FOUND_THOUGHTS, GUESS_THOUGHTS,
+from routerag.prompts import (CHECK_THOUGHTS, COMBINED_THOUGHTS, DEFAULT_INSTRUCTION, FIRST_THOUGHTS, FOUND_THOUGHTS, GUESS_THOUGHTS,
                               NEXT_THOUGHTS, REFUSAL_INSTRUCTION, REFUSE_MARKER, REFUSE_THOUGHT, SEARCH_TAGS,
                               user_message)
 from routerag.retrieval import RetrievalResult, RetrievedDoc
@@ -57,6 +57,8 @@ class PlannedSearch:
     mode: Mode
     query: str
     docs: list[RetrievedDoc]
+    extra: bool = False
+    """Made although the trajectory's documents already answered (``retrieval_plan(extra=True)``)."""
 
 
 def gold_documents(item: QAItem, texts_by_title: dict[str, str]) -> list[RetrievedDoc]:
@@ -109,7 +111,7 @@ def retrieval_plan(item: QAItem, results: dict[str, RetrievalResult], rng: rando
             continue
         docs = unseen_documents(again[mode].docs, shown, k) if again is not None else list(results[mode].docs[:k])
         if not needed or adds_evidence(item, plan, docs):
-            return [*plan, PlannedSearch(mode, item.question, docs)]
+            return [*plan, PlannedSearch(mode, item.question, docs, extra=not needed)]
     return plan
 
 
@@ -227,7 +229,7 @@ def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, r
         if n == 0:
             think = rng.choice(FIRST_THOUGHTS).format(question=item.question, query=step.query)
         else:
-            think = rng.choice(NEXT_THOUGHTS).format(query=step.query)
+            think = rng.choice(CHECK_THOUGHTS if step.extra else NEXT_THOUGHTS).format(query=step.query)
         parts.append((f"<think>{think}</think>\n<search>{SEARCH_TAGS[step.mode]} {step.query}</search>", 1))
         parts.append((information_block(step.docs, counter, max_information_tokens), 0))
     found = found_answer(item, plan, counter, max_information_tokens=max_information_tokens, k=k)
