@@ -38,9 +38,9 @@ from routerag.policy.card import PolicyCard
 from routerag.policy.citations import split_sentences
 from routerag.policy.loop import doc_key, information_block, unseen_documents
 from routerag.policy.tokens import TokenCounter
-from routerag.prompts import (CHECK_THOUGHTS, COMBINED_THOUGHTS, DEFAULT_INSTRUCTION, FIRST_THOUGHTS, FOUND_THOUGHTS, GUESS_THOUGHTS,
-                              NEXT_THOUGHTS, REFUSAL_INSTRUCTION, REFUSE_MARKER, REFUSE_THOUGHT, SEARCH_TAGS,
-                              user_message)
+from routerag.prompts import (CHECK_THOUGHTS, COMBINED_THOUGHTS, DEFAULT_INSTRUCTION, FIRST_THOUGHTS,
+                              FOUND_THOUGHTS, GUESS_THOUGHTS, NEXT_THOUGHTS, REFUSAL_INSTRUCTION, REFUSE_MARKER,
+                              REFUSE_THOUGHT, SEARCH_TAGS, user_message)
 from routerag.retrieval import RetrievalResult, RetrievedDoc
 from routerag.vocabulary import Mode
 

@@ -252,7 +252,8 @@ def sft_cmd(
         return
     card = card_for(policy, {"by": "routerag train-sft", "model": settings.train.model, "plan": plan,
                              "routes_from": [str(p) for p in routes_from] if routes_from else None, "refusals": refusals,
-                             "refusal_examples": refused, "extra_searches": extra_searches, "examples": len(examples), "epochs": epochs, "lr": lr})
+                             "refusal_examples": refused, "extra_searches": extra_searches,
+                             "examples": len(examples), "epochs": epochs, "lr": lr})
     hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr, card=card, seed=settings.train.seed)
     folder = out / "adapter"
     write_card(folder, card)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -110,14 +111,10 @@ class FactScorer:
         return cand[order], exact[order], float(exact.min()), float(exact.max())
 
 
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-
-
+@cache
 def _pool(n: int) -> ThreadPoolExecutor:
     """A process-wide pool of ``n`` threads (created once; fact GEMMs of concurrent batches share it)."""
-    if n not in _POOLS:
-        _POOLS[n] = ThreadPoolExecutor(n, thread_name_prefix="fact-gemm")
-    return _POOLS[n]
+    return ThreadPoolExecutor(n, thread_name_prefix="fact-gemm")
 
 
 def top_rows(x: np.ndarray, k: int) -> np.ndarray:
