@@ -98,6 +98,8 @@ def test_the_cli_reports_a_typo_in_one_line(tmp_path: Path, monkeypatch) -> None
     assert res.exit_code == 2
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "'api_kye'" in lines[0] and "'api_key'" in lines[0]
+    assert "[server] has no setting" in lines[0]  # the section's name is text, not Rich markup to drop
     monkeypatch.setenv("ROUTERAG_SERVER__API_KYE", "s3cret")
     res = CliRunner().invoke(cli, ["serve", str(tmp_path / "no-index")])
     assert res.exit_code == 2 and "ROUTERAG_SERVER__API_KEY" in res.output and "Traceback" not in res.output
+    assert "([server] has no setting 'api_kye')" in res.output

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.logging import RichHandler
 
 console = Console()
@@ -33,7 +34,8 @@ def setup_logging(verbose: bool) -> None:
 
 
 def fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # escaped: messages name settings sections as "[server]", which Rich would otherwise take for markup and drop
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
