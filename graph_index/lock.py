@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .forked import CLOSE_IN_CHILD
+
 log = logging.getLogger(__name__)
 
 DEFAULT_LOCK_TIMEOUT_S = 600.0
@@ -31,24 +33,6 @@ DEFAULT_LOCK_TIMEOUT_S = 600.0
 
 class IndexBusyError(RuntimeError):
     """Another process is writing the index and did not finish within the timeout."""
-
-
-_HELD: set[int] = set()
-"""Descriptors of the locks this process holds. A forked child (spaCy's and the LLM extractor's worker pools)
-closes its copies at once: ``flock`` belongs to the open file, so a child that outlived a killed writer would
-otherwise keep the index locked."""
-
-
-def _drop_inherited() -> None:
-    for fd in _HELD:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    _HELD.clear()
-
-
-os.register_at_fork(after_in_child=_drop_inherited)
 
 
 def lock_path(root: Path) -> Path:
@@ -112,7 +96,7 @@ def index_lock(root: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S, op: str =
         if _still_linked(fd, path):
             break
         os.close(fd)  # the previous holder removed the file after we opened it: lock the new one instead
-    _HELD.add(fd)
+    CLOSE_IN_CHILD.add(fd)
     try:
         info = {"pid": os.getpid(), "host": socket.gethostname(), "op": op,
                 "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -121,8 +105,8 @@ def index_lock(root: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S, op: str =
         os.pwrite(fd, json.dumps(info).encode(), 0)
         yield path
     finally:
-        if fd in _HELD:  # else this is a forked child, whose copy was closed at the fork: the parent releases
-            _HELD.discard(fd)
+        if fd in CLOSE_IN_CHILD:  # else this is a forked child, whose copy was closed at the fork: the parent releases
+            CLOSE_IN_CHILD.discard(fd)
             try:
                 os.unlink(path)  # while still holding it, so a waiter that opened this inode retries on a fresh one
             except FileNotFoundError:

@@ -15,6 +15,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
+from .. import forked  # noqa: F401 - its at-fork hook: the spaCy workers forked below die with their parent
 from ..corpus import Passage
 
 from .base import Extractor, OpenIEResult, Triple
