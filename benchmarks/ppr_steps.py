@@ -1,12 +1,15 @@
 """The PageRank solver's whole-product Chebyshev steps against the five-pass form they replaced, side by side on the
-same solver and the same queries' seeds (issue 19).
+same solver and the same queries' seeds (issue 19); with ``--chunks``, the column-chunk widths of a batched solve
+instead.
 
-    python benchmarks/ppr_steps.py INDEX QUESTIONS.json [--limit 500] [--repeats 5]
+    python benchmarks/ppr_steps.py INDEX QUESTIONS.json [--limit 500] [--repeats 5] [--chunks 16,32]
 
 Each step of the solver used to make five passes over the dense block (x += s; r += d S s; r -= s; s *= a;
 s += b r); it now makes three (``PPRSolver._torch_steps``: M = d S − I in one product, the step kept as c · u).
 Reported: batched (the retriever's batch of 256, in its chunks) and single-query solve time for both, alternating
 within one process, the largest score difference between them and the share of identical passage top-10 lists.
+``--chunks`` reports, per width (``ppr.CHUNK``, the columns multiplied together), the batched time per query, its
+median ratio to the first width's pass that ran just before it, and the same agreement figures against the first.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--single", type=int, default=100)
+    ap.add_argument("--chunks", default="", help="compare these column-chunk widths instead, e.g. 16,32")
     args = ap.parse_args()
     configure_threads()
     r = Retriever(args.index)
@@ -74,6 +78,9 @@ def main() -> None:
     vals = [w for sd in seeds for w in sd.weights.values()]
     reset = sp.csc_matrix((np.asarray(vals, np.float32), (rows, cols)), shape=(r.n_nodes, len(seeds)))
     batch = r.cfg.batch_size
+    if args.chunks:
+        compare_chunks(solver, reset, r._passage_rows, batch, [int(c) for c in args.chunks.split(",")], args.repeats)
+        return
     three = type(solver)._torch_steps
 
     def solve_all(steps) -> tuple[np.ndarray, float]:  # noqa: ANN001
@@ -111,6 +118,36 @@ def main() -> None:
               "top10_identical": round(float(np.mean((top_rows(a.T, 10) == top_rows(b.T, 10)).all(axis=1))), 4)}
     report["batched_speedup"] = round(report["batched_ms_per_query"]["five_pass"]
                                       / report["batched_ms_per_query"]["three_pass"], 2)
+    print(json.dumps(report, indent=1))
+
+
+def compare_chunks(solver, reset: sp.csc_matrix, rows: np.ndarray, batch: int, widths: list[int],  # noqa: ANN001
+                   repeats: int) -> None:
+    """Batched solves at each column-chunk width, alternating within each repeat so drift hits all alike."""
+    from routerag.retrieval import ppr
+
+    default = ppr.CHUNK
+    times: dict[int, list[float]] = {w: [] for w in widths}
+    results: dict[int, np.ndarray] = {}
+    try:
+        for _ in range(repeats):
+            for w in widths:
+                ppr.CHUNK = w
+                t = time.perf_counter()
+                results[w] = np.concatenate([solver.solve(reset[:, i:i + batch], rows=rows, validate=False)
+                                             for i in range(0, reset.shape[1], batch)], axis=1)
+                times[w].append(time.perf_counter() - t)
+    finally:
+        ppr.CHUNK = default
+    n, first = reset.shape[1], widths[0]
+    base_top = top_rows(results[first].T, 10)
+    report = {"queries": n, "batch": batch, "default_chunk": default, "repeats": repeats, "widths": {
+        str(w): {"batched_ms_per_query": round(float(np.median(times[w])) * 1000 / n, 3),
+                 "best_ms_per_query": round(min(times[w]) * 1000 / n, 3),
+                 "median_ratio_to_first": round(float(np.median(np.asarray(times[w]) / np.asarray(times[first]))), 3),
+                 "max_abs_score_difference": float(np.abs(results[w] - results[first]).max()),
+                 "top10_identical": round(float(np.mean((top_rows(results[w].T, 10) == base_top).all(axis=1))), 4)}
+        for w in widths}}
     print(json.dumps(report, indent=1))
 
 

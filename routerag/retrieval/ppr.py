@@ -29,8 +29,10 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 Device = Literal["auto", "cpu", "cuda"]
 
-CHUNK = 16
-"""Columns per block: narrow blocks stay in cache (16 was fastest on a 67k-vertex graph, 2 cores)."""
+CHUNK = 24
+"""Columns per block: narrow blocks stay in cache, wide ones read the matrix fewer times. On a 67k-vertex graph and
+2 cores, 16 was fastest on an AVX2 machine; on an AVX-512 one (1 MB L2 per core, shared L3) 24 was 6-11% faster
+than 16 and no slower than 32 or 64 (``benchmarks/ppr_steps.py --chunks``, three runs)."""
 LOCAL_ROWS = 0.02
 """Use row-sliced products while at most this share of rows is non-zero (the first steps around the seeds)."""
 
