@@ -137,7 +137,8 @@ class Retriever:
         self.fact_ends = self.data.fact_ends
         fact_emb = np.ascontiguousarray(self.data.fact_emb)
         self.fact_scorer = (
-            FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads)
+            FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads,
+                       batch_screen=self.cfg.fact_batch_screen)
             if self.cfg.fact_index == "exact" else FaissFactScorer(fact_emb, self.cfg.fact_index))
         self.entity_passages = self.data.vertex_passage_counts
         self.n_nodes = g.vcount()
@@ -192,10 +193,11 @@ class Retriever:
         return out  # type: ignore[return-value]
 
     def memory_bytes(self) -> int:
-        """The bytes of this index's loaded search structures: dense vectors and FAISS index (its vector storage), fact matrix (float32
-        and float16 copies), the PageRank operator and the passage texts; not the shared query encoder. Memory-mapped
-        matrices count in full (what they occupy once touched). For ``/health``, where several indexes share one
-        process and its RSS says nothing per index."""
+        """The bytes of this index's loaded search structures: dense vectors and FAISS index (its vector storage),
+        fact matrix (float32 and float16 copies, and the bfloat16 one once a batch was screened with it), the
+        PageRank operator and the passage texts; not the shared query encoder. Memory-mapped matrices count in full
+        (what they occupy once touched). For ``/health``, where several indexes share one process and its RSS says
+        nothing per index."""
         arrays: list[Any] = [self.passage_emb]
         total = sum(len(p.text) + len(p.title) for p in self.passages)
         ntotal, dim = getattr(self.dense, "ntotal", 0), getattr(self.dense, "d", 0)
@@ -205,6 +207,9 @@ class Retriever:
             half = getattr(self.fact_scorer, "half", None)
             if half is not None:
                 arrays.append(half.numpy())
+            bf16 = getattr(self.fact_scorer, "_bf16", None)  # made by the first bfloat16-screened batch
+            if bf16 is not None:
+                total += bf16.numel() * bf16.element_size()
             solver = getattr(self, "solver", None)
             if solver is not None:
                 arrays += [solver.S.data, solver.S.indices, solver.S.indptr, solver.M.data, solver.M.indices,
