@@ -27,12 +27,14 @@ class Embedder(ABC):
         """Embed one batch (any dtype, not necessarily normalised)."""
 
     def encode(self, texts: Sequence[str], *, desc: str | None = None, progress: bool = True) -> np.ndarray:
-        """Embed ``texts`` (order kept). Texts are sorted by length first so batches pad little."""
+        """Embed ``texts`` (order kept). Texts are sorted by length first (:meth:`_lengths`) so batches pad
+        little."""
         n = len(texts)
         out = np.empty((n, self.dim), dtype=np.float32)
         if n == 0:
             return out
-        order = sorted(range(n), key=lambda i: len(texts[i]))
+        lengths = self._lengths(texts)
+        order = sorted(range(n), key=lambda i: lengths[i])
         chunk = max(self.batch_size, 1)
         with tqdm(total=n, desc=desc or "embedding", unit="text", disable=not progress or n <= chunk,
                   leave=False) as bar:
@@ -45,6 +47,11 @@ class Embedder(ABC):
                 out[idx] = vecs
                 bar.update(len(idx))
         return normalize_rows(out)
+
+    def _lengths(self, texts: Sequence[str]) -> Sequence[int]:
+        """What texts are sorted by before batching, so each batch pads little: characters, unless an embedder can
+        count its own tokens cheaply."""
+        return [len(t) for t in texts]
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         """Embed search queries (with the query instruction, if the model wants one)."""

