@@ -46,6 +46,41 @@ def test_batched_ppr_matches_igraph_prpack(seed: int) -> None:
         assert ours[:, j].sum() == pytest.approx(1.0, abs=1e-5)
 
 
+def test_the_local_phase_runs_on_a_large_sparse_graph_and_changes_nothing(monkeypatch) -> None:
+    """The first steps multiply only the rows around the seeds while those rows hold few of the matrix's non-zeros
+    (``ppr.LOCAL_NNZ``): on a 20,000-vertex ring with chords they do, and the scores equal igraph's and those of
+    whole products from the first step."""
+    from routerag.retrieval import ppr
+
+    n = 20_000
+    ring = [(i, (i + 1) % n) for i in range(n)] + [(i, (i + 7) % n) for i in range(0, n, 5)]
+    g = ig.Graph(n=n, edges=ring)
+    g.es["weight"] = (np.random.default_rng(5).random(g.ecount()) + 0.5).tolist()
+    solver = PPRSolver.from_igraph(g, damping=0.5, device="cpu")
+    reset = np.zeros(n)
+    reset[[10, 5000, 12345]] = [1.0, 0.5, 0.25]
+
+    class Counting:  # counts row slices of S (the local phase's products), forwards the rest
+        def __init__(self, inner) -> None:  # noqa: ANN001
+            self.inner, self.slices = inner, 0
+
+        def __getitem__(self, key):  # noqa: ANN001, ANN204
+            self.slices += 1
+            return self.inner[key]
+
+        def __getattr__(self, name: str):  # noqa: ANN204
+            return getattr(self.inner, name)
+
+    counting = Counting(solver.S)
+    monkeypatch.setattr(solver, "S", counting)
+    local = solver.solve(reset)
+    assert counting.slices >= 3  # several steps stayed around the seeds
+    monkeypatch.setattr(ppr, "LOCAL_NNZ", 0.0)
+    whole = solver.solve(reset)
+    assert np.abs(local - whole).max() < 1e-7
+    assert np.abs(local - igraph_ppr(g, reset, 0.5)).max() < 1e-5
+
+
 def test_ppr_input_checks_and_step_count() -> None:
     s = PPRSolver.from_igraph(random_graph(9, 20, 40), device="cpu")
     with pytest.raises(ValueError, match="positive mass"):
