@@ -58,7 +58,8 @@ class RetrievalConfig(StrictModel):
     """How a local embedding model (the embedded MiniLM) encodes queries: ``onnx`` runs it through ONNX Runtime
     (exported once from the local folder into the cache directory; vectors equal torch's to cosine > 0.9999, a short
     query in ~4 ms instead of ~13 ms on 2 cores), ``onnx-int8`` the same graph quantised per channel (faster still,
-    vectors at cosine ~0.99 to torch's: its recall is in docs/benchmarks.md), ``torch`` in eager
+    vectors at cosine ~0.99 to torch's: its recall is in docs/benchmarks.md; its activations are scaled per batch,
+    so a query's vector, and often its top 10, depends on the queries encoded with it), ``torch`` in eager
     sentence-transformers, ``auto`` ONNX where onnxruntime is installed and no GPU is used, torch otherwise (logged).
     Index builds always use torch."""
     fact_top_k: int = Field(3, ge=0)
@@ -99,9 +100,9 @@ class RetrievalConfig(StrictModel):
     fact_batch_screen: Literal["auto", "bfloat16", "float32"] = "auto"
     """How a batch (more than ``facts.SMALL_BATCH`` queries) is matched to the facts with ``fact_index = exact``:
     ``bfloat16`` screens it with bfloat16 products and rescores in float32 every fact a proven error bound cannot
-    rule out (the float32 GEMM's facts, scores and range, 1.6-1.9x faster on a CPU with native bfloat16, and 51 MB
-    more memory for the PopQA index's bfloat16 table); ``float32`` is one float32 GEMM; ``auto`` is bfloat16 where
-    the CPU has native bfloat16 arithmetic (AVX-512 BF16 or AMX), float32 elsewhere."""
+    rule out (the float32 GEMM's facts, scores and range; the fact stage 1.3-1.4x faster in the PopQA benchmark on
+    a CPU with native bfloat16, for 51 MB more memory: the bfloat16 table); ``float32`` is one float32 GEMM;
+    ``auto`` is bfloat16 where the CPU has native bfloat16 arithmetic (AVX-512 BF16 or AMX), float32 elsewhere."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     ppr_backend: Literal["batched", "igraph"] = "batched"
     """``igraph``: one prpack call per query, as HippoRAG 2 does (the reference the batched solver is checked and
