@@ -1,8 +1,10 @@
 """The PageRank solver's whole-product Chebyshev steps against the five-pass form they replaced, side by side on the
 same solver and the same queries' seeds (issue 19); with ``--chunks``, the column-chunk widths of a batched solve
-instead.
+instead; with ``--chunk-workers``, a batch's chunks on single-threaded workers against one after another on torch's
+threads.
 
     python benchmarks/ppr_steps.py INDEX QUESTIONS.json [--limit 500] [--repeats 5] [--chunks 16,32]
+        [--chunk-workers]
 
 Each step of the solver used to make five passes over the dense block (x += s; r += d S s; r -= s; s *= a;
 s += b r); it now makes three (``PPRSolver._torch_steps``: M = d S − I in one product, the step kept as c · u).
@@ -57,6 +59,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--single", type=int, default=100)
     ap.add_argument("--chunks", default="", help="compare these column-chunk widths instead, e.g. 16,32")
+    ap.add_argument("--chunk-workers", action="store_true",
+                    help="compare chunks on single-threaded workers with chunks one after another instead")
     args = ap.parse_args()
     configure_threads()
     r = Retriever(args.index)
@@ -80,6 +84,9 @@ def main() -> None:
     batch = r.cfg.batch_size
     if args.chunks:
         compare_chunks(solver, reset, r._passage_rows, batch, [int(c) for c in args.chunks.split(",")], args.repeats)
+        return
+    if args.chunk_workers:
+        compare_chunk_workers(solver, reset, r._passage_rows, batch, args.repeats)
         return
     three = type(solver)._torch_steps
 
@@ -149,6 +156,38 @@ def compare_chunks(solver, reset: sp.csc_matrix, rows: np.ndarray, batch: int, w
                  "top10_identical": round(float(np.mean((top_rows(results[w].T, 10) == base_top).all(axis=1))), 4)}
         for w in widths}}
     print(json.dumps(report, indent=1))
+
+
+def compare_chunk_workers(solver, reset: sp.csc_matrix, rows: np.ndarray, batch: int,  # noqa: ANN001
+                          repeats: int) -> None:
+    """Batched solves with the chunks on single-threaded workers (the default) and one after another on torch's
+    threads (``ppr._torch_threads`` patched to 1 worker), alternating; each pass's time is printed as it ends, so
+    the machine's spells show."""
+    from routerag.retrieval import ppr
+
+    default = ppr._torch_threads
+    times: dict[str, list[float]] = {"workers": [], "sequential": []}
+    results: dict[str, np.ndarray] = {}
+    try:
+        for _ in range(repeats):
+            for name in times:
+                ppr._torch_threads = default if name == "workers" else (lambda: 1)
+                t = time.perf_counter()
+                results[name] = np.concatenate([solver.solve(reset[:, i:i + batch], rows=rows, validate=False)
+                                                for i in range(0, reset.shape[1], batch)], axis=1)
+                times[name].append(time.perf_counter() - t)
+            print(json.dumps({k: round(v[-1] * 1000 / reset.shape[1], 3) for k, v in times.items()}), flush=True)
+    finally:
+        ppr._torch_threads = default
+    n = reset.shape[1]
+    a, b = results["sequential"], results["workers"]
+    print(json.dumps({"queries": n, "batch": batch, "chunk": ppr.CHUNK, "repeats": repeats,
+                      "batched_ms_per_query": {k: round(float(np.median(v)) * 1000 / n, 3) for k, v in times.items()},
+                      "median_ratio_workers_to_sequential": round(float(np.median(
+                          np.asarray(times["workers"]) / np.asarray(times["sequential"]))), 3),
+                      "max_abs_score_difference": float(np.abs(a - b).max()),
+                      "top10_identical": round(float(np.mean((top_rows(a.T, 10) == top_rows(b.T, 10)).all(axis=1))),
+                                               4)}, indent=1))
 
 
 if __name__ == "__main__":

@@ -81,6 +81,38 @@ def test_the_local_phase_runs_on_a_large_sparse_graph_and_changes_nothing(monkey
     assert np.abs(local - igraph_ppr(g, reset, 0.5)).max() < 1e-5
 
 
+def test_a_batch_s_chunks_on_single_threaded_workers_give_the_same_scores(monkeypatch) -> None:
+    """A batch's column chunks are solved side by side on workers whose torch ops use one thread each; the scores
+    are those of the chunks solved one after another, and neither the caller's thread count nor that of threads
+    started later changes."""
+    import threading
+
+    import torch
+
+    from routerag.retrieval import ppr
+
+    g = random_graph(12)
+    rng = np.random.default_rng(12)
+    reset = np.zeros((g.vcount(), 3 * ppr.CHUNK + 5), dtype=np.float32)
+    for j in range(reset.shape[1]):
+        reset[rng.integers(0, g.vcount(), 3), j] = rng.random(3) + 0.1
+    solver = PPRSolver.from_igraph(g, device="cpu")
+    before = torch.get_num_threads()
+    pool = ppr._chunk_pool(2)
+    assert set(pool.map(lambda _: torch.get_num_threads(), range(6))) == {1}
+    assert torch.get_num_threads() == before
+    seen: list[int] = []
+    later = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    later.start()
+    later.join()
+    assert seen == [before]
+    monkeypatch.setattr(ppr, "_torch_threads", lambda: 2)
+    side_by_side = solver.solve(reset, rows=np.arange(100))
+    monkeypatch.setattr(ppr, "_torch_threads", lambda: 1)
+    one_after_another = solver.solve(reset, rows=np.arange(100))
+    assert np.allclose(side_by_side, one_after_another, rtol=0, atol=1e-7)  # equal here; rounding elsewhere
+
+
 def test_ppr_input_checks_and_step_count() -> None:
     s = PPRSolver.from_igraph(random_graph(9, 20, 40), device="cpu")
     with pytest.raises(ValueError, match="positive mass"):
