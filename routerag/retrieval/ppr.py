@@ -32,10 +32,12 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 Device = Literal["auto", "cpu", "cuda"]
 
-CHUNK = 24
-"""Columns per block: narrow blocks stay in cache, wide ones read the matrix fewer times. On a 67k-vertex graph and
-2 cores, 16 was fastest on an AVX2 machine; on an AVX-512 one (1 MB L2 per core, shared L3) 24 was 6-11% faster
-than 16 and no slower than 32 or 64 (``benchmarks/ppr_steps.py --chunks``, three runs)."""
+CHUNK = 16
+"""Columns per block: narrow blocks stay in cache, wide ones read the matrix fewer times, and 16 float32 columns
+are one 64-byte cache line per row. With a batch's chunks on single-threaded workers (``_chunk_pool``), on a
+67k-vertex graph and an AVX-512 host, 16 took 0.91-0.99 of 24's time and 0.80-0.82 of 20-22's, whose rows straddle
+cache lines (``benchmarks/ppr_steps.py --chunks``, six runs). With chunks one after another on two threads, 24 had
+been 6-11% faster than 16."""
 LOCAL_NNZ = 0.01
 """Use row-sliced products (the first steps around the seeds) while the rows that may be non-zero hold at most this
 share of the matrix's non-zeros. It was a share of rows (2%), but a few hub rows hold most of a neighbourhood's
@@ -167,20 +169,19 @@ class PPRSolver:
         out_rows = self.inv[rows] if rows is not None else self.inv
         out = np.empty((len(out_rows), r.shape[1]), dtype=self.dtype)
 
-        def solve_chunk(start: int) -> None:
-            cols = slice(start, start + CHUNK)
+        def solve_chunk(cols: slice) -> None:
             x = self._chebyshev(rhs[:, cols])
             # p = D^1/2 x, normalised to sum 1; only the requested rows are scaled
             totals = self.sqrt_deg @ x
             out[:, cols] = x[out_rows] * (self.sqrt_deg[out_rows, None] / totals[None, :])
 
-        starts = range(0, r.shape[1], CHUNK)
-        workers = _torch_threads() if self.device == "cpu" and len(starts) > 1 else 1
+        chunks = [slice(start, start + CHUNK) for start in range(0, r.shape[1], CHUNK)]
+        workers = _torch_threads() if self.device == "cpu" and len(chunks) > 1 else 1
         if workers > 1:  # chunks are independent: one per single-threaded worker (see _chunk_pool)
-            list(_chunk_pool(workers).map(solve_chunk, starts))
+            list(_chunk_pool(workers).map(solve_chunk, chunks))
         else:
-            for start in starts:
-                solve_chunk(start)
+            for cols in chunks:
+                solve_chunk(cols)
         return out[:, 0] if single else out
 
     def _chebyshev(self, rhs: sp.csc_matrix) -> np.ndarray:
