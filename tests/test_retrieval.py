@@ -85,6 +85,8 @@ def test_a_batch_s_chunks_on_single_threaded_workers_give_the_same_scores(monkey
     """A batch's column chunks are solved side by side on workers whose torch ops use one thread each; the scores
     are those of the chunks solved one after another, and neither the caller's thread count nor that of threads
     started later changes."""
+    import os
+    import signal
     import threading
 
     import torch
@@ -111,6 +113,13 @@ def test_a_batch_s_chunks_on_single_threaded_workers_give_the_same_scores(monkey
     monkeypatch.setattr(ppr, "_torch_threads", lambda: 1)
     one_after_another = solver.solve(reset, rows=np.arange(100))
     assert np.allclose(side_by_side, one_after_another, rtol=0, atol=1e-7)  # equal here; rounding elsewhere
+    monkeypatch.setattr(ppr, "_torch_threads", lambda: 2)
+    if hasattr(os, "fork"):  # a forked child has none of the pool's threads: it must make its own, not wait forever
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(30)
+            os._exit(0 if np.allclose(solver.solve(reset, rows=np.arange(100)), side_by_side, atol=1e-7) else 3)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
 def test_ppr_input_checks_and_step_count() -> None:

@@ -15,6 +15,7 @@ the time.
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -200,6 +201,9 @@ def native_bfloat16() -> bool:
 def _pool(n: int) -> ThreadPoolExecutor:
     """A process-wide pool of ``n`` threads (created once; fact GEMMs of concurrent batches share it)."""
     return ThreadPoolExecutor(n, thread_name_prefix="fact-gemm")
+
+
+os.register_at_fork(after_in_child=_pool.cache_clear)  # a forked child has none of the parent's threads
 
 
 def top_rows(x: np.ndarray, k: int) -> np.ndarray:

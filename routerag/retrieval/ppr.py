@@ -14,13 +14,15 @@ reset distribution, which amounts to normalising the solution to sum 1 — done 
 ``Graph.personalized_pagerank(implementation="prpack")``.
 
 Speed (all exact, the same recurrence): vertices are renumbered by reverse Cuthill–McKee so that neighbours sit
-close in memory; a batch is processed in column chunks that stay in cache; the first steps multiply only the rows
-around the seeds, the rest go through torch's multi-threaded CSR kernels. On CUDA everything runs in torch.sparse.
+close in memory; a batch is processed in column chunks that stay in cache, side by side on single-threaded workers;
+the first steps multiply only the rows around the seeds, the rest go through torch's CSR kernels. On CUDA
+everything runs in torch.sparse.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
@@ -189,9 +191,10 @@ class PPRSolver:
 
         Two phases of the same recurrence. While the iterate lives on a few hops around the seeds, only those rows
         are touched (scipy; ``support`` holds the rows where it may be non-zero, so nothing scans the whole
-        block). Then whole products: on the CPU in torch on views of the same numpy buffers, whose CSR kernels use
-        every core and, with 32-bit indices, beat scipy's at every block width (``addmv``/``addmm`` accumulate in
-        place). The whole-product steps are :meth:`_torch_steps`, shared with the CUDA path.
+        block). Then whole products: on the CPU in torch on views of the same numpy buffers, whose CSR kernels (on
+        the caller's threads, or one per chunk worker) with 32-bit indices beat scipy's at every block width
+        (``addmv``/``addmm`` accumulate in place). The whole-product steps are :meth:`_torch_steps`, shared with the
+        CUDA path.
         """
         b = rhs.toarray(order="C")  # CSC would default to Fortran order: strided rows defeat the kernels
         if self.device == "cuda":
@@ -285,8 +288,9 @@ def _chunk_pool(workers: int) -> ThreadPoolExecutor:
     Why: a chunk's steps on torch's two intra-op threads share every block between the cores, and on this host
     that sharing made the sparse product slower than on one thread in some spells (two threads 1.8 ms against
     one thread 1.2 ms, where in other spells two took 0.7). Chunks share nothing but the matrix, which is only
-    read: the same 500 PopQA queries' batched solves took 0.393 against 0.877 ms per query in such a spell
-    (``benchmarks/ppr_steps.py --chunk-workers``, twelve interleaved passes), with identical scores.
+    read: the same 500 PopQA queries' batched solves took 0.420 against 0.993 ms per query in such a spell and
+    0.429 against 0.465 in a quiet one (``benchmarks/ppr_steps.py --chunk-workers``, ten interleaved passes
+    each), with identical scores.
 
     torch keeps a thread's intra-op thread count per thread once its first op has read the process-wide value, so
     each worker reads it, then sets its own to one; that also sets the process-wide value, which is put back once
@@ -306,6 +310,9 @@ def _chunk_pool(workers: int) -> ThreadPoolExecutor:
         list(pool.map(lambda _: started.wait(), range(workers)))  # every worker has started and set itself
         torch.set_num_threads(before)
     return pool
+
+
+os.register_at_fork(after_in_child=_chunk_pool.cache_clear)  # a forked child has none of the parent's threads
 
 
 def _pick_device(device: Device) -> str:
