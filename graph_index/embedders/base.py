@@ -38,8 +38,7 @@ class Embedder(ABC):
         chunk = max(self.batch_size, 1)
         with tqdm(total=n, desc=desc or "embedding", unit="text", disable=not progress or n <= chunk,
                   leave=False) as bar:
-            for start in range(0, n, chunk):
-                idx = order[start : start + chunk]
+            for idx in self._batches(order, lengths, chunk):
                 vecs = np.asarray(self._encode_batch([texts[i] for i in idx]), dtype=np.float32)
                 if vecs.shape != (len(idx), self.dim):
                     raise RuntimeError(
@@ -47,6 +46,10 @@ class Embedder(ABC):
                 out[idx] = vecs
                 bar.update(len(idx))
         return normalize_rows(out)
+
+    def _batches(self, order: list[int], lengths: Sequence[int], size: int) -> list[list[int]]:
+        """The sorted texts cut into batches of ``size``."""
+        return [order[start : start + size] for start in range(0, len(order), size)]
 
     def _lengths(self, texts: Sequence[str]) -> Sequence[int]:
         """What texts are sorted by before batching, so each batch pads little: characters, unless an embedder can
