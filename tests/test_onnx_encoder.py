@@ -35,6 +35,27 @@ def test_onnx_vectors_match_torch(minilm, onnx_minilm) -> None:
     np.testing.assert_allclose(single, b, atol=1e-5)
 
 
+def test_batches_end_where_the_token_count_grows_and_keep_every_text_in_place(onnx_minilm) -> None:
+    """Query batches hold at most ``batch_size`` texts and end where the token count grows once half full, so they
+    barely pad; whatever the cuts, each text gets its own vector in its own place."""
+    assert onnx_minilm._batches(list(range(10)), [5, 5, 5, 6, 6, 7, 7, 7, 7, 8], 4) == [[0, 1, 2], [3, 4],
+                                                                                    [5, 6, 7, 8], [9]]
+    texts = [f"Who wrote book number {i}{' and more' * (i % 9)}?" for i in range(150)]
+    lengths = onnx_minilm._lengths(texts)
+    order = sorted(range(len(texts)), key=lambda i: lengths[i])
+    cuts = onnx_minilm._batches(order, lengths, 64)
+    assert sorted(i for b in cuts for i in b) == list(range(150)) and max(map(len, cuts)) <= 64
+    fixed = [order[i:i + 64] for i in range(0, len(order), 64)]
+
+    def padded(batches: list[list[int]]) -> int:
+        return sum(len(b) * max(lengths[i] for i in b) for b in batches)
+
+    assert padded(cuts) < padded(fixed) and all(2 * len(b) >= 64 for b in cuts[:-1])
+    together = onnx_minilm.encode_queries(texts)
+    apart = np.vstack([onnx_minilm.encode_queries([t]) for t in texts[::37]])
+    np.testing.assert_allclose(together[::37], apart, atol=1e-5)
+
+
 def test_export_is_cached(onnx_minilm) -> None:
     path = onnx_minilm.path
     mtime = path.stat().st_mtime_ns
