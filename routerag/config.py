@@ -100,9 +100,10 @@ class RetrievalConfig(StrictModel):
     fact_batch_screen: Literal["auto", "bfloat16", "float32"] = "auto"
     """How a batch (more than ``facts.SMALL_BATCH`` queries) is matched to the facts with ``fact_index = exact``:
     ``bfloat16`` screens it with bfloat16 products and rescores in float32 every fact a proven error bound cannot
-    rule out (the float32 GEMM's facts, scores and range; the fact stage 1.2-1.7x faster in the PopQA benchmark on
-    a CPU with native bfloat16, for 51 MB more memory: the bfloat16 table); ``float32`` is one float32 GEMM;
-    ``auto`` is bfloat16 where the CPU has native bfloat16 arithmetic (AVX-512 BF16 or AMX), float32 elsewhere."""
+    rule out (the float32 GEMM's facts, scores and range; the fact stage 1.1-2.2x, median 1.3x, faster in 16 PopQA
+    benchmark runs on a CPU with native bfloat16, for 51 MB more memory: the bfloat16 table); ``float32`` is one
+    float32 GEMM; ``auto`` is bfloat16 where the CPU has native bfloat16 arithmetic (AVX-512 BF16 or AMX), float32
+    elsewhere."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     ppr_backend: Literal["batched", "igraph"] = "batched"
     """``igraph``: one prpack call per query, as HippoRAG 2 does (the reference the batched solver is checked and

@@ -9,7 +9,7 @@ to that scan's own rounding: facts whose scores differ by less than float32 reso
 
 Large batches go through a GEMM instead, where the arithmetic is amortised and bandwidth matters less: float32, or
 (where the CPU multiplies bfloat16 natively) a bfloat16 screen with the same kind of proven bound and a float32
-rescore of the few facts it cannot rule out, which gives the float32 GEMM's facts, scores and range 1.2-1.7x faster
+rescore of the few facts it cannot rule out, which gives the float32 GEMM's facts, scores and range 1.1-2.2x faster
 (the PopQA benchmark's fact stage on an AVX-512 BF16 host).
 """
 
