@@ -10,8 +10,9 @@ Each step of the solver used to make five passes over the dense block (x += s; r
 s += b r); it now makes three (``PPRSolver._torch_steps``: M = d S − I in one product, the step kept as c · u).
 Reported: batched (the retriever's batch of 256, in its chunks) and single-query solve time for both, alternating
 within one process, the largest score difference between them and the share of identical passage top-10 lists.
-``--chunks`` reports, per width (``ppr.CHUNK``, the columns multiplied together), the batched time per query, its
-median ratio to the first width's pass that ran just before it, and the same agreement figures against the first.
+``--chunks`` (per width, ``ppr.CHUNK``) and ``--chunk-workers`` report the batched time per query of each setting,
+its median ratio to the first setting's pass that ran just before it, and the same agreement figures against the
+first.
 """
 
 from __future__ import annotations
@@ -82,19 +83,20 @@ def main() -> None:
     vals = [w for sd in seeds for w in sd.weights.values()]
     reset = sp.csc_matrix((np.asarray(vals, np.float32), (rows, cols)), shape=(r.n_nodes, len(seeds)))
     batch = r.cfg.batch_size
-    if args.chunks:
-        compare_chunks(solver, reset, r._passage_rows, batch, [int(c) for c in args.chunks.split(",")], args.repeats)
+    if args.chunks:  # widths, the first the reference
+        compare_settings(solver, reset, r._passage_rows, batch,
+                         {w: {"CHUNK": int(w)} for w in args.chunks.split(",")}, args.repeats)
         return
-    if args.chunk_workers:
-        compare_chunk_workers(solver, reset, r._passage_rows, batch, args.repeats)
+    if args.chunk_workers:  # chunks one after another on torch's threads, then side by side on workers
+        compare_settings(solver, reset, r._passage_rows, batch,
+                         {"sequential": {"_torch_threads": lambda: 1}, "workers": {}}, args.repeats)
         return
     three = type(solver)._torch_steps
 
     def solve_all(steps) -> tuple[np.ndarray, float]:  # noqa: ANN001
         solver._torch_steps = steps.__get__(solver)
         t = time.perf_counter()
-        out = np.concatenate([solver.solve(reset[:, i:i + batch], rows=r._passage_rows, validate=False)
-                              for i in range(0, reset.shape[1], batch)], axis=1)
+        out = solve_batched(solver, reset, r._passage_rows, batch)
         return out, time.perf_counter() - t
 
     def solve_single(steps, n: int) -> list[float]:  # noqa: ANN001
@@ -128,66 +130,45 @@ def main() -> None:
     print(json.dumps(report, indent=1))
 
 
-def compare_chunks(solver, reset: sp.csc_matrix, rows: np.ndarray, batch: int, widths: list[int],  # noqa: ANN001
-                   repeats: int) -> None:
-    """Batched solves at each column-chunk width, alternating within each repeat so drift hits all alike."""
+def solve_batched(solver, reset: sp.csc_matrix, rows: np.ndarray, batch: int) -> np.ndarray:  # noqa: ANN001
+    """All queries' passage scores, solved ``batch`` columns at a time as the retriever does."""
+    return np.concatenate([solver.solve(reset[:, i:i + batch], rows=rows, validate=False)
+                           for i in range(0, reset.shape[1], batch)], axis=1)
+
+
+def compare_settings(solver, reset: sp.csc_matrix, rows: np.ndarray, batch: int,  # noqa: ANN001
+                     settings: dict[str, dict[str, object]], repeats: int) -> None:
+    """Batched solves under each setting (names in ``routerag.retrieval.ppr`` set to values, restored after),
+    alternating within each repeat so drift hits all alike; each pass's times are printed as it ends, so the
+    machine's spells show, then the medians, each setting's median ratio to the first one's pass just before it,
+    and agreement with the first."""
     from routerag.retrieval import ppr
 
-    default = ppr.CHUNK
-    times: dict[int, list[float]] = {w: [] for w in widths}
-    results: dict[int, np.ndarray] = {}
-    try:
-        for _ in range(repeats):
-            for w in widths:
-                ppr.CHUNK = w
-                t = time.perf_counter()
-                results[w] = np.concatenate([solver.solve(reset[:, i:i + batch], rows=rows, validate=False)
-                                             for i in range(0, reset.shape[1], batch)], axis=1)
-                times[w].append(time.perf_counter() - t)
-    finally:
-        ppr.CHUNK = default
-    n, first = reset.shape[1], widths[0]
-    base_top = top_rows(results[first].T, 10)
-    report = {"queries": n, "batch": batch, "default_chunk": default, "repeats": repeats, "widths": {
-        str(w): {"batched_ms_per_query": round(float(np.median(times[w])) * 1000 / n, 3),
-                 "best_ms_per_query": round(min(times[w]) * 1000 / n, 3),
-                 "median_ratio_to_first": round(float(np.median(np.asarray(times[w]) / np.asarray(times[first]))), 3),
-                 "max_abs_score_difference": float(np.abs(results[w] - results[first]).max()),
-                 "top10_identical": round(float(np.mean((top_rows(results[w].T, 10) == base_top).all(axis=1))), 4)}
-        for w in widths}}
-    print(json.dumps(report, indent=1))
-
-
-def compare_chunk_workers(solver, reset: sp.csc_matrix, rows: np.ndarray, batch: int,  # noqa: ANN001
-                          repeats: int) -> None:
-    """Batched solves with the chunks on single-threaded workers (the default) and one after another on torch's
-    threads (``ppr._torch_threads`` patched to 1 worker), alternating; each pass's time is printed as it ends, so
-    the machine's spells show."""
-    from routerag.retrieval import ppr
-
-    default = ppr._torch_threads
-    times: dict[str, list[float]] = {"workers": [], "sequential": []}
+    saved = {name: getattr(ppr, name) for values in settings.values() for name in values}
+    times: dict[str, list[float]] = {label: [] for label in settings}
     results: dict[str, np.ndarray] = {}
     try:
         for _ in range(repeats):
-            for name in times:
-                ppr._torch_threads = default if name == "workers" else (lambda: 1)
+            for label, values in settings.items():
+                for name, value in saved.items():
+                    setattr(ppr, name, values.get(name, value))
                 t = time.perf_counter()
-                results[name] = np.concatenate([solver.solve(reset[:, i:i + batch], rows=rows, validate=False)
-                                                for i in range(0, reset.shape[1], batch)], axis=1)
-                times[name].append(time.perf_counter() - t)
+                results[label] = solve_batched(solver, reset, rows, batch)
+                times[label].append(time.perf_counter() - t)
             print(json.dumps({k: round(v[-1] * 1000 / reset.shape[1], 3) for k, v in times.items()}), flush=True)
     finally:
-        ppr._torch_threads = default
-    n = reset.shape[1]
-    a, b = results["sequential"], results["workers"]
-    print(json.dumps({"queries": n, "batch": batch, "chunk": ppr.CHUNK, "repeats": repeats,
-                      "batched_ms_per_query": {k: round(float(np.median(v)) * 1000 / n, 3) for k, v in times.items()},
-                      "median_ratio_workers_to_sequential": round(float(np.median(
-                          np.asarray(times["workers"]) / np.asarray(times["sequential"]))), 3),
-                      "max_abs_score_difference": float(np.abs(a - b).max()),
-                      "top10_identical": round(float(np.mean((top_rows(a.T, 10) == top_rows(b.T, 10)).all(axis=1))),
-                                               4)}, indent=1))
+        for name, value in saved.items():
+            setattr(ppr, name, value)
+    n, first = reset.shape[1], next(iter(settings))
+    base_top = top_rows(results[first].T, 10)
+    print(json.dumps({"queries": n, "batch": batch, "chunk": ppr.CHUNK, "repeats": repeats, "settings": {
+        label: {"batched_ms_per_query": round(float(np.median(times[label])) * 1000 / n, 3),
+                "best_ms_per_query": round(min(times[label]) * 1000 / n, 3),
+                "median_ratio_to_first": round(float(np.median(np.asarray(times[label]) / np.asarray(times[first]))),
+                                               3),
+                "max_abs_score_difference": float(np.abs(results[label] - results[first]).max()),
+                "top10_identical": round(float(np.mean((top_rows(results[label].T, 10) == base_top).all(axis=1))), 4)}
+        for label in settings}}, indent=1))
 
 
 if __name__ == "__main__":
