@@ -13,6 +13,7 @@ import faiss
 import numpy as np
 
 from .config import DenseIndexConfig
+from .ort_session import TopScan, onnx_available
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +21,14 @@ _MIN_POINTS_PER_CELL = 39  # FAISS warns below this many training points per IVF
 _BLAS_LOCK = threading.Lock()
 
 
-def search(index: faiss.Index, queries: np.ndarray, k: int, *, blas_from: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``index.search``, with batches of at least ``blas_from`` queries (0: never) on FAISS's BLAS kernel.
+def search(index: faiss.Index, queries: np.ndarray, k: int, *, blas_from: int = 0,
+           scan: TopScan | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``index.search``, with batches of at least ``blas_from`` queries (0: never) through ``scan`` (the flat
+    index's vectors in ONNX Runtime, :func:`batch_scan`) or else FAISS's BLAS kernel. Same (scores, ids) either
+    way: b × k, best first, padded with id -1 past the index's size.
+
+    Why ONNX Runtime: 500 PopQA questions took 0.017 against 0.049 ms each on the 7,594-passage flat index, the
+    same scores up to float32 rounding (3e-7), so passages within that of each other may swap.
 
     Why: FAISS picks between its own kernel and BLAS by a process-wide threshold (``distance_compute_blas_threshold``,
     128,000 in faiss-cpu 1.15). On the 7,594-passage flat index, 256 queries took 146 ms through the default choice
@@ -30,8 +37,25 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *, blas_from: int = 
     """
     if not blas_from or len(queries) < blas_from:
         return index.search(queries, k)
+    if scan is not None:
+        n = len(scan.table)
+        scores, ids, _, _ = scan(queries, min(k, n))
+        if k > n:  # as FAISS pads a short result
+            scores = np.pad(scores, ((0, 0), (0, k - n)), constant_values=-np.finfo(np.float32).max)
+            ids = np.pad(ids, ((0, 0), (0, k - n)), constant_values=-1)
+        return scores, ids
     with _blas_threshold(20):
         return index.search(queries, k)
+
+
+def batch_scan(index: faiss.Index, threads: int) -> TopScan | None:
+    """An ONNX Runtime scan over a CPU flat inner-product index's own vectors (a view, no copy), for
+    :func:`search`; None for other kinds of index (IVF, HNSW, GPU copies: FAISS searches them) or without ONNX
+    Runtime."""
+    if type(index) is not faiss.IndexFlatIP or not index.ntotal or not onnx_available():
+        return None
+    vectors = faiss.rev_swig_ptr(index.get_xb(), index.ntotal * index.d).reshape(index.ntotal, index.d)
+    return TopScan(vectors, threads, owner=index)
 
 
 @contextmanager

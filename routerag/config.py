@@ -94,16 +94,17 @@ class RetrievalConfig(StrictModel):
     (``graph_index.dense.search``; 0 = FAISS's own choice always): 5.8x faster for 256 queries on the PopQA index,
     same results; ``benchmarks/retrieval_bench.py --variant "before:dense_blas_from=0"`` measures it."""
     fact_blas_threads: int = Field(0, ge=0)
-    """Threads that share a batch's fact GEMM (more than ``facts.SMALL_BATCH`` queries), each running
-    single-threaded BLAS on a slice of the queries; 0 = as many as torch uses. ``--variant
-    "before:fact_blas_threads=1"`` (one thread, the path before) measures the difference."""
-    fact_batch_screen: Literal["auto", "bfloat16", "float32"] = "auto"
-    """How a batch (more than ``facts.SMALL_BATCH`` queries) is matched to the facts with ``fact_index = exact``:
-    ``bfloat16`` screens it with bfloat16 products and rescores in float32 every fact a proven error bound cannot
-    rule out (the float32 GEMM's facts, scores and range; the fact stage 1.1-2.2x, median 1.3x, faster in 16 PopQA
-    benchmark runs on a CPU with native bfloat16, for 51 MB more memory: the bfloat16 table); ``float32`` is one
-    float32 GEMM; ``auto`` is bfloat16 where the CPU has native bfloat16 arithmetic (AVX-512 BF16 or AMX), float32
-    elsewhere."""
+    """Threads that share a batch's fact GEMM (more than ``facts.SMALL_BATCH`` queries): ONNX Runtime's pool, or
+    with ``batch_scan = blas`` Python threads each running single-threaded BLAS on a slice of the queries; 0 = as
+    many as torch uses."""
+    batch_scan: Literal["auto", "onnxruntime", "blas"] = "auto"
+    """How a batch's exact inner-product scans run: the fact match (more than ``facts.SMALL_BATCH`` queries, with
+    ``fact_index = exact``) and the flat dense index (``dense_blas_from`` queries or more). ``onnxruntime``: the
+    float32 GEMM, the top k and (for facts) each query's score range in one ONNX Runtime graph
+    (``graph_index.ort_session.TopScan``; on the PopQA index the fact stage took 0.14 against 0.42 ms per query, the
+    dense one 0.017 against 0.049); ``blas``: numpy's GEMM with torch's top-k for facts, FAISS's BLAS kernel for
+    the dense index; ``auto``: ONNX Runtime where it is installed. Both give the float32 scores, so only results
+    within float32 rounding of each other may swap. ``--variant "blas:batch_scan=blas"`` measures the difference."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     ppr_backend: Literal["batched", "igraph"] = "batched"
     """``igraph``: one prpack call per query, as HippoRAG 2 does (the reference the batched solver is checked and

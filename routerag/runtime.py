@@ -41,3 +41,30 @@ def _load_blas_libraries() -> None:
         import faiss  # noqa: F401
     except ImportError:  # pragma: no cover - faiss-cpu is a dependency
         pass
+
+
+_fork_handler = False
+
+
+def single_threaded_after_fork() -> None:
+    """From now on, a forked child of this process runs its OpenMP libraries (torch's, FAISS's) on one thread.
+
+    Why: GNU OpenMP's thread team does not survive a fork, and a child whose parent had searched hung in its first
+    parallel region (FAISS's search, torch's top-k). With one thread no team is used. The Python-level pools
+    retrieval owns are made again in the child instead (``ppr._chunk_pool``, ``facts._pool``,
+    ``graph_index.ort_session``). Registered once, by the retriever's import."""
+    global _fork_handler
+    if not _fork_handler and hasattr(os, "register_at_fork"):
+        _fork_handler = True
+        os.register_at_fork(after_in_child=_one_openmp_thread)
+
+
+def _one_openmp_thread() -> None:
+    import sys
+
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="openmp")
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)

@@ -23,6 +23,35 @@ def test_each_index_kind_finds_the_query_itself(kind: str) -> None:
     assert (ids[:, 0] == np.arange(50)).mean() >= 0.95
 
 
+def test_a_flat_index_batch_scanned_in_onnxruntime_equals_faiss() -> None:
+    """A batch searched through ONNX Runtime over the flat index's own vectors gives FAISS's ids and scores (up to
+    float32 rounding), padded as FAISS pads when k exceeds the index; other kinds, and single queries, stay with
+    FAISS."""
+    from graph_index.dense import batch_scan, search
+
+    rng = np.random.default_rng(2)
+    x = unit(rng, 3000)
+    queries = unit(rng, 40)
+    index = build_dense_index(x, DenseIndexConfig(kind="flat"))
+    scan = batch_scan(index, 2)
+    assert scan is not None and np.shares_memory(scan.table, faiss_vectors(index))  # a view, not a copy
+    want_s, want_i = index.search(queries, 10)
+    got_s, got_i = search(index, queries, 10, blas_from=16, scan=scan)
+    assert np.array_equal(got_i, want_i) and np.allclose(got_s, want_s, atol=1e-6)
+    small = build_dense_index(x[:7], DenseIndexConfig(kind="flat"))
+    want_s, want_i = small.search(queries, 10)
+    got_s, got_i = search(small, queries, 10, blas_from=16, scan=batch_scan(small, 2))
+    assert np.array_equal(got_i, want_i) and np.allclose(got_s, want_s, atol=1e-6)  # 3 ids of -1, as FAISS gives
+    assert batch_scan(build_dense_index(x, DenseIndexConfig(kind="hnsw")), 2) is None
+
+
+def faiss_vectors(index) -> np.ndarray:  # noqa: ANN001 - a faiss.IndexFlat
+    """The index's own vector storage (a view)."""
+    import faiss
+
+    return faiss.rev_swig_ptr(index.get_xb(), index.ntotal * index.d)
+
+
 def test_ivf_on_a_tiny_corpus_falls_back_to_flat() -> None:
     x = unit(np.random.default_rng(1), 20)
     index = build_dense_index(x, DenseIndexConfig(kind="ivf"))

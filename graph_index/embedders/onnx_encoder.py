@@ -25,21 +25,13 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import atomic_path
+from ..ort_session import ProcessSession, onnx_available  # noqa: F401 - onnx_available is used from here
 from .base import Embedder
 
 log = logging.getLogger(__name__)
 
 EXPORT_VERSION = 1
 """Bumped when the exported graph changes, so stale cached exports are not reused."""
-
-
-def onnx_available() -> bool:
-    """Whether ONNX Runtime is importable (the fast query encoder's only extra dependency)."""
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _weights_digest(folder: Path) -> str:
@@ -125,22 +117,13 @@ class OnnxEmbedder(Embedder):
 
     def __init__(self, folder: str | Path, *, identity: str, cache_dir: Path, batch_size: int = 64,
                  query_instruction: str = "", threads: int | None = None, int8: bool = False) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         folder = Path(folder).expanduser().resolve()
         path = cached_export(folder, cache_dir)
         if int8:
             path = cached_int8(path)
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = threads or _torch_threads()
-        opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3
-        # no spin-waiting after a run: the idle pool would otherwise hold both cores while the retrieval that
-        # follows (torch's fact scan, the PageRank) needs them (it made the fact match 15x slower)
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self.session = ProcessSession(path, threads or _torch_threads())
         max_len = int(json.loads((folder / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)) \
             if (folder / "sentence_bert_config.json").is_file() else 256
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -185,7 +168,7 @@ class OnnxEmbedder(Embedder):
         for r, e in enumerate(enc):
             ids[r, : len(e.ids)] = e.ids
             mask[r, : len(e.ids)] = 1
-        return self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        return self.session.run({"input_ids": ids, "attention_mask": mask})[0]
 
 
 def _torch_threads() -> int:

@@ -7,20 +7,19 @@ multi-threaded half-precision kernel), then rescores in float32 only the facts t
 be the exact minimum given a proven error bound on the float16 scores. The result equals the float32 scan's, up
 to that scan's own rounding: facts whose scores differ by less than float32 resolution may come in either order.
 
-Large batches go through a GEMM instead, where the arithmetic is amortised and bandwidth matters less: float32, or
-(where the CPU multiplies bfloat16 natively) a bfloat16 screen with the same kind of proven bound and a float32
-rescore of the few facts it cannot rule out, which gives the float32 GEMM's facts, scores and range 1.1-2.2x faster
-(the PopQA benchmark's fact stage on an AVX-512 BF16 host).
+Large batches go through one float32 GEMM instead, where the arithmetic is amortised and bandwidth matters less. It
+runs in ONNX Runtime (``graph_index.ort_session.TopScan``) where that is installed, as the query encoder does: a
+small graph of the GEMM, ONNX's TopK and the row minimum and maximum, so only k + 2 numbers per query leave it. On the PopQA index
+that took 0.14 ms per query against 0.42 for numpy's GEMM with torch's top-k, and 0.24 for the bfloat16 screen it
+replaced (exact scores, no bound needed; ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -30,14 +29,7 @@ SMALL_BATCH = 8
 _U16 = 2.0**-11
 """Unit roundoff of float16 (rounding to nearest)."""
 _U32 = 2.0**-24
-_UBF16 = 2.0**-7
-"""bfloat16's rounding error bound, taken for truncation (2⁻⁷) rather than rounding to nearest (2⁻⁸): whichever
-way a kernel converts its products' sum, the bound holds."""
-BF16_ROWS = 64
-"""Queries screened together in bfloat16: their approximate score block (64 × facts) stays small enough to be
-reduced while in cache, instead of a whole batch's block going out to memory."""
-
-BatchScreen = Literal["auto", "bfloat16", "float32"]
+BatchScan = Literal["auto", "onnxruntime", "blas"]
 
 
 @dataclass(slots=True)
@@ -53,12 +45,12 @@ class FactMatches:
 
 class FactScorer:
     def __init__(self, fact_emb: np.ndarray, half: np.ndarray | None = None, *, blas_threads: int = 0,
-                 batch_screen: BatchScreen = "auto") -> None:
+                 batch_scan: BatchScan = "auto") -> None:
         """``half``: the float16 copy of ``fact_emb`` when the index has one on disk (mapped, so no copy is made
-        here); without it the copy is computed, in memory. ``blas_threads``: threads sharing a batch's float32 GEMM
-        (0 = torch's thread count), each calling single-threaded BLAS (see :meth:`_gemm`). ``batch_screen``: how a
-        batch is matched (``retrieval.fact_batch_screen``); ``auto`` screens in bfloat16 where the CPU has native
-        bfloat16 arithmetic (:func:`native_bfloat16`)."""
+        here); without it the copy is computed, in memory. ``blas_threads``: threads for a batch's GEMM (0 =
+        torch's thread count). ``batch_scan`` (``retrieval.batch_scan``): ``onnxruntime`` runs a batch
+        through ``graph_index.ort_session.TopScan``, ``blas`` through numpy's BLAS split over Python threads
+        (:meth:`_gemm`) and torch's top-k; ``auto`` is ONNX Runtime where it is installed."""
         import warnings
 
         import torch
@@ -73,9 +65,14 @@ class FactScorer:
             self.half = torch.from_numpy(half)
         self.max_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", fact_emb, fact_emb)))) if self.n else 0.0
         self.blas_threads = blas_threads or torch.get_num_threads()
-        self.bf16_screen = batch_screen == "bfloat16" or (batch_screen == "auto" and native_bfloat16())
-        self._bf16 = None  # the bfloat16 table, made on the first screened batch
-        self._bf16_lock = threading.Lock()
+        if batch_scan == "onnxruntime" and not _onnxruntime():
+            raise RuntimeError("retrieval.batch_scan = onnxruntime, but onnxruntime is not installed "
+                               "(pip install onnxruntime, or set it to auto or blas)")
+        self.scan = None  # graph_index.ort_session.TopScan, for batches
+        if batch_scan != "blas" and self.n and _onnxruntime():
+            from graph_index.ort_session import TopScan
+
+            self.scan = TopScan(fact_emb, self.blas_threads)
 
     def bound(self, q_norm: float) -> float:
         """Largest possible |float16 score − float32 score| for a query of this norm: rounding query and fact to
@@ -84,28 +81,12 @@ class FactScorer:
         qf = q_norm * self.max_norm
         return qf * (3 * _U16 + _U16 * _U16 + self.dim * _U32 * 2) + self.dim * 2.0**-25 * (q_norm + self.max_norm)
 
-    def bf16_bound(self, q_norm: np.ndarray) -> np.ndarray:
-        """Largest possible |bfloat16-screen score − float32 score| per query norm: query and fact each rounded to
-        bfloat16 (≤ u‖q‖‖f‖ each, plus the product of both), the float32 sums (≤ 2·dim·u₃₂‖q‖‖f‖, counting the
-        float32 scan's own), the result rounded to bfloat16 (≤ u‖q‖‖f‖); plus a small absolute slack."""
-        return q_norm * self.max_norm * (3 * _UBF16 + _UBF16 * _UBF16 + 2 * self.dim * _U32) + 1e-6
-
-    @property
-    def bf16_table(self):  # noqa: ANN201 - a torch tensor
-        """The facts in bfloat16 (half the float32 table's bytes), made once, on first use."""
-        if self._bf16 is None:
-            import torch
-
-            with self._bf16_lock:
-                if self._bf16 is None:
-                    self._bf16 = torch.from_numpy(np.ascontiguousarray(self.emb, dtype=np.float32)).bfloat16()
-        return self._bf16
-
     def match(self, q: np.ndarray, k: int) -> FactMatches:
         k = min(k, self.n)
         if q.shape[0] > SMALL_BATCH:
-            if self.bf16_screen:
-                return self._match_bf16(np.ascontiguousarray(q, dtype=np.float32), k)
+            if self.scan is not None:
+                scores, top, lo, hi = self.scan(q, k)
+                return FactMatches(top, scores, lo, hi)
             return self._match_gemm(q, k)
         rows = [self._match_one(np.ascontiguousarray(v, dtype=np.float32), k) for v in q]
         return FactMatches(*(np.stack(parts) for parts in zip(*rows)))
@@ -131,40 +112,6 @@ class FactScorer:
         list(_pool(parts).map(part, range(parts)))
         return out
 
-    def _match_bf16(self, q: np.ndarray, k: int) -> FactMatches:
-        """A batch screened in bfloat16, ``BF16_ROWS`` queries at a time: every fact whose approximate score is
-        within twice :meth:`bf16_bound` of the k-th best or of the lowest is rescored in float32 (about 35 per PopQA
-        query), so the top facts, their scores, the minimum and the maximum are the float32 ones."""
-        import torch
-
-        b = q.shape[0]
-        table = self.bf16_table
-        margin = torch.from_numpy((2 * self.bf16_bound(np.linalg.norm(q, axis=1))).astype(np.float32))
-        screen = torch.from_numpy(q).bfloat16()
-        top = np.empty((b, k), dtype=np.int64)
-        scores = np.empty((b, k), dtype=np.float32)
-        lo = np.empty(b, dtype=np.float32)
-        hi = np.empty(b, dtype=np.float32)
-        for start in range(0, b, BF16_ROWS):
-            end = min(b, start + BF16_ROWS)
-            approx = screen[start:end] @ table.T
-            kth = torch.topk(approx, k, dim=1).values[:, -1].float() - margin[start:end]
-            low = approx.amin(dim=1).float() + margin[start:end]
-            # the thresholds stay float32: rounding them to bfloat16 could move them past a candidate
-            rows, cand = (t.numpy() for t in torch.nonzero((approx >= kth[:, None]) | (approx <= low[:, None]),
-                                                           as_tuple=True))
-            exact = np.einsum("ij,ij->i", self.emb[cand], q[start + rows])
-            cuts = np.searchsorted(rows, np.arange(end - start + 1))  # nonzero lists the rows in order
-            for i in range(end - start):
-                c, x = cand[cuts[i]:cuts[i + 1]], exact[cuts[i]:cuts[i + 1]]
-                if len(c) < k:  # a query the bound cannot screen (non-finite entries): scan it in float32
-                    c = np.arange(self.n)
-                    x = self.emb @ q[start + i]
-                order = np.lexsort((c, -x))[:k]
-                top[start + i], scores[start + i] = c[order], x[order]
-                lo[start + i], hi[start + i] = x.min(), x.max()
-        return FactMatches(top, scores, lo, hi)
-
     def _match_one(self, v: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, float, float]:
         import torch
 
@@ -186,25 +133,18 @@ class FactScorer:
 
 
 @cache
-def native_bfloat16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX, from the Linux CPU flags). Elsewhere
-    bfloat16 products have no instruction of their own and the screen's speed is unmeasured, so ``auto`` keeps the
-    float32 GEMM."""
-    try:
-        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")),
-                     "")
-    except OSError:
-        return False
-    return bool({"avx512_bf16", "amx_bf16"} & set(flags.split()))
-
-
-@cache
 def _pool(n: int) -> ThreadPoolExecutor:
     """A process-wide pool of ``n`` threads (created once; fact GEMMs of concurrent batches share it)."""
     return ThreadPoolExecutor(n, thread_name_prefix="fact-gemm")
 
 
 os.register_at_fork(after_in_child=_pool.cache_clear)  # a forked child has none of the parent's threads
+
+
+def _onnxruntime() -> bool:
+    from graph_index.ort_session import onnx_available
+
+    return onnx_available()
 
 
 def top_rows(x: np.ndarray, k: int) -> np.ndarray:

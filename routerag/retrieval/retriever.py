@@ -25,11 +25,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from graph_index.dense import batch_scan
 from graph_index.dense import search as dense_search
 from graph_index.embedders import Embedder, make_embedder
 from graph_index.llm_clients import resolve_api_key
 from graph_index.store import IndexData, release_freed_memory
 from routerag.config import RetrievalConfig
+from routerag.runtime import single_threaded_after_fork
 from routerag.vocabulary import MODES, Mode
 
 from .fact_filter import LLMFactFilter
@@ -109,6 +111,7 @@ class Retriever:
         self.passages = self.data.passages
         self.n_passages = len(self.passages)
         self.dense = self.data.search_index(self.cfg.device)
+        self._dense_scan = batch_scan(self.dense, _torch_threads()) if self.cfg.batch_scan != "blas" else None
         self.passage_emb = np.ascontiguousarray(self.data.passage_emb)
         self.facts = self.data.facts
         self._graph_ready = False
@@ -138,7 +141,7 @@ class Retriever:
         fact_emb = np.ascontiguousarray(self.data.fact_emb)
         self.fact_scorer = (
             FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads,
-                       batch_screen=self.cfg.fact_batch_screen)
+                       batch_scan=self.cfg.batch_scan)
             if self.cfg.fact_index == "exact" else FaissFactScorer(fact_emb, self.cfg.fact_index))
         self.entity_passages = self.data.vertex_passage_counts
         self.n_nodes = g.vcount()
@@ -194,10 +197,9 @@ class Retriever:
 
     def memory_bytes(self) -> int:
         """The bytes of this index's loaded search structures: dense vectors and FAISS index (its vector storage),
-        fact matrix (float32 and float16 copies, and the bfloat16 one once a batch was screened with it), the
-        PageRank operator and the passage texts; not the shared query encoder. Memory-mapped matrices count in full
-        (what they occupy once touched). For ``/health``, where several indexes share one process and its RSS says
-        nothing per index."""
+        fact matrix (float32 and float16 copies), the PageRank operator and the passage texts; not the shared query
+        encoder. Memory-mapped matrices count in full (what they occupy once touched). For ``/health``, where
+        several indexes share one process and its RSS says nothing per index."""
         arrays: list[Any] = [self.passage_emb]
         total = sum(len(p.text) + len(p.title) for p in self.passages)
         ntotal, dim = getattr(self.dense, "ntotal", 0), getattr(self.dense, "d", 0)
@@ -207,9 +209,6 @@ class Retriever:
             half = getattr(self.fact_scorer, "half", None)
             if half is not None:
                 arrays.append(half.numpy())
-            bf16 = getattr(self.fact_scorer, "_bf16", None)  # made by the first bfloat16-screened batch
-            if bf16 is not None:
-                total += bf16.numel() * bf16.element_size()
             solver = getattr(self, "solver", None)
             if solver is not None:
                 arrays += [solver.S.data, solver.S.indices, solver.S.indptr, solver.M.data, solver.M.indices,
@@ -252,7 +251,8 @@ class Retriever:
         scores = ids = None
         if search_n:
             t = time.perf_counter()
-            scores, ids = dense_search(self.dense, q, search_n, blas_from=self.cfg.dense_blas_from)
+            scores, ids = dense_search(self.dense, q, search_n, blas_from=self.cfg.dense_blas_from,
+                                       scan=self._dense_scan)
             timings["dense"] = _ms(t)
         if mode in ("passage", "hybrid"):
             passage_lists = [[(int(i), float(s)) for i, s in zip(ids[r][:depth], scores[r][:depth]) if i >= 0]
@@ -416,6 +416,15 @@ class Retriever:
         if self.cfg.entity_seed_top_k:
             kept = kept[: self.cfg.entity_seed_top_k]
         return {v: w for v, w in kept if w > 0}
+
+
+single_threaded_after_fork()
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _ms(t0: float) -> float:
