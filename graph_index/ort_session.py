@@ -107,7 +107,8 @@ def _scan_graph(dim: int) -> bytes:
         "top_scan",
         [helper.make_tensor_value_info("q", f32, ["b", dim]), helper.make_tensor_value_info("table", f32, ["n", dim]),
          helper.make_tensor_value_info("k", i64, [1])],
-        [helper.make_tensor_value_info("scores", f32, ["b", "k"]), helper.make_tensor_value_info("ids", i64, ["b", "k"]),
+        [helper.make_tensor_value_info("scores", f32, ["b", "k"]),
+         helper.make_tensor_value_info("ids", i64, ["b", "k"]),
          helper.make_tensor_value_info("lo", f32, ["b"]), helper.make_tensor_value_info("hi", f32, ["b"])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 

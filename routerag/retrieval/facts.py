@@ -9,9 +9,9 @@ to that scan's own rounding: facts whose scores differ by less than float32 reso
 
 Large batches go through one float32 GEMM instead, where the arithmetic is amortised and bandwidth matters less. It
 runs in ONNX Runtime (``graph_index.ort_session.TopScan``) where that is installed, as the query encoder does: a
-small graph of the GEMM, ONNX's TopK and the row minimum and maximum, so only k + 2 numbers per query leave it. On the PopQA index
-that took 0.14 ms per query against 0.42 for numpy's GEMM with torch's top-k, and 0.24 for the bfloat16 screen it
-replaced (exact scores, no bound needed; ``docs/benchmarks.md``).
+small graph of the GEMM, ONNX's TopK and the row minimum and maximum, so only k + 2 numbers per query leave it. On
+the PopQA index that took 0.14 ms per query against 0.42 for numpy's GEMM with torch's top-k, and 0.24 for the
+bfloat16 screen it replaced (exact scores, no bound needed; ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
