@@ -64,6 +64,36 @@ def test_export_is_cached(onnx_minilm) -> None:
     assert not [p for p in path.parent.iterdir() if TMP_MARK in p.name]
 
 
+def test_one_text_runs_the_fused_graph(onnx_minilm) -> None:
+    """A single text goes through ONNX Runtime's fused graph (made once beside the export), batches through the
+    plain one; the two give the same vectors up to float32 rounding."""
+    import onnx
+
+    fused = onnx_minilm.single_path
+    assert fused.name.endswith("-fused.onnx") and onnx_minilm.single_session is not onnx_minilm.session
+    ops = {n.op_type for n in onnx.load(str(fused)).graph.node}
+    assert {"Attention", "SkipLayerNormalization"} <= ops
+    assert "Attention" not in {n.op_type for n in onnx.load(str(onnx_minilm.path)).graph.node}
+    mtime = fused.stat().st_mtime_ns
+    assert onnx_encoder.cached_fused(onnx_minilm.path, _folder()) == fused and fused.stat().st_mtime_ns == mtime
+    batch = onnx_minilm.encode_queries(TEXTS)
+    for i, text in enumerate(TEXTS):
+        assert float(onnx_minilm.encode_queries([text])[0] @ batch[i]) > 0.99999
+
+
+def test_failed_fusion_runs_one_text_on_the_plain_graph(monkeypatch, caplog, tmp_path) -> None:
+    from onnxruntime.transformers import optimizer
+
+    def broken(*args, **kwargs):
+        raise ValueError("unknown architecture")
+
+    monkeypatch.setattr(optimizer, "optimize_model", broken)
+    with caplog.at_level(logging.WARNING, logger="graph_index.embedders"):
+        emb = make_embedder(EmbedderConfig(), reuse=False, runtime="onnx", cache_dir=tmp_path)
+    assert "could not fuse" in caplog.text and emb.single_session is emb.session
+    assert not list(tmp_path.glob("onnx/*-fused.onnx")) and emb.encode_queries(TEXTS[:1]).shape == (1, 384)
+
+
 def test_missing_runtime_falls_back(monkeypatch, caplog, tmp_path) -> None:
     monkeypatch.setattr(onnx_encoder, "onnx_available", lambda: False)
     with caplog.at_level(logging.INFO, logger="graph_index.embedders"):
@@ -99,3 +129,4 @@ def test_int8_encoder_close_to_torch(minilm, tmp_path) -> None:
     cos = (minilm.encode_queries(TEXTS[:2]) * emb.encode_queries(TEXTS[:2])).sum(axis=1)
     assert float(cos.min()) > 0.97
     assert onnx_encoder.cached_int8(emb.path.with_name(emb.path.name.replace("-int8", ""))) == emb.path
+    assert emb.single_session is emb.session  # no fused int8 graph

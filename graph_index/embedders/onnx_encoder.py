@@ -30,8 +30,9 @@ from .base import Embedder
 
 log = logging.getLogger(__name__)
 
-EXPORT_VERSION = 1
-"""Bumped when the exported graph changes, so stale cached exports are not reused."""
+EXPORT_VERSION = 2
+"""Bumped when the exported graph changes, so stale cached exports are not reused (2: eager attention, which ONNX
+Runtime's transformer optimizer can fuse)."""
 
 
 def _weights_digest(folder: Path) -> str:
@@ -59,7 +60,8 @@ def export_onnx(folder: Path, target: Path) -> Path:
     import torch
     from transformers import AutoModel
 
-    model = AutoModel.from_pretrained(str(folder)).eval()
+    # eager attention: its MatMul/Softmax pattern is what ONNX Runtime's optimizer fuses (the SDPA export's is not)
+    model = AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
 
     class MeanPooled(torch.nn.Module):
         def __init__(self, inner: torch.nn.Module) -> None:
@@ -95,6 +97,31 @@ def cached_export(folder: Path, cache_dir: Path) -> Path:
     return target
 
 
+def cached_fused(plain: Path, folder: Path) -> Path:
+    """ONNX Runtime's transformer optimizer applied to an export, beside it, made on first use (atomically): fused
+    Attention, SkipLayerNormalization, BiasGelu and EmbedLayerNormalization nodes, about 60 instead of 350. Where
+    the optimizer fails (an architecture it does not know), the plain graph is returned."""
+    target = plain.with_name(plain.stem + "-fused.onnx")
+    if target.is_file():
+        return target
+    try:
+        from onnxruntime.transformers import optimizer
+
+        config = json.loads((folder / "config.json").read_text())
+        log.info("fusing %s at %s (once)", plain, target)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fused = optimizer.optimize_model(str(plain), model_type="bert", opt_level=1,
+                                             num_heads=int(config["num_attention_heads"]),
+                                             hidden_size=int(config["hidden_size"]))
+        with atomic_path(target, suffix=".onnx") as tmp:
+            fused.save_model_to_file(str(tmp))
+    except Exception as exc:  # noqa: BLE001 - the plain graph is correct, only slower for one query
+        log.warning("could not fuse %s (%s); one query runs the unfused graph", plain, exc)
+        return plain
+    return target
+
+
 def cached_int8(fp32: Path) -> Path:
     """A per-channel dynamic int8 copy of an exported graph beside it, made on first use (atomically).
 
@@ -120,10 +147,13 @@ class OnnxEmbedder(Embedder):
         from tokenizers import Tokenizer
 
         folder = Path(folder).expanduser().resolve()
-        path = cached_export(folder, cache_dir)
-        if int8:
-            path = cached_int8(path)
-        self.session = ProcessSession(path, threads or _torch_threads())
+        plain = cached_export(folder, cache_dir)
+        path = cached_int8(plain) if int8 else plain
+        threads = threads or _torch_threads()
+        self.session = ProcessSession(path, threads)
+        # one text at a time runs the fused graph (see _encode_batch); the int8 graph has none
+        self.single_path = path if int8 else cached_fused(plain, folder)
+        self.single_session = self.session if self.single_path == path else ProcessSession(self.single_path, threads)
         max_len = int(json.loads((folder / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)) \
             if (folder / "sentence_bert_config.json").is_file() else 256
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -161,6 +191,12 @@ class OnnxEmbedder(Embedder):
         return batches
 
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        """One text runs the fused graph, several the plain one. Why two: inside a single-query search the fused
+        graph's encoding took 0.67 ms less (3.10 against 3.86 ms, median of 400 searches, each PopQA question
+        searched both ways in turn), but it ran batches 2.5-15% slower (its Attention op), and from 8 texts on it
+        no longer wins. The two graphs' vectors meet at cosine 0.9999998 (the plain graph's alone and in a batch
+        differ by up to 7e-8), and the top 10 of all 500 PopQA questions encoded either way were identical in
+        every mode. The second session costs about 45 MB."""
         enc = self.tokenizer.encode_batch(texts)
         width = max(len(e.ids) for e in enc)
         ids = np.zeros((len(enc), width), dtype=np.int64)
@@ -168,7 +204,8 @@ class OnnxEmbedder(Embedder):
         for r, e in enumerate(enc):
             ids[r, : len(e.ids)] = e.ids
             mask[r, : len(e.ids)] = 1
-        return self.session.run({"input_ids": ids, "attention_mask": mask})[0]
+        session = self.single_session if len(texts) == 1 else self.session
+        return session.run({"input_ids": ids, "attention_mask": mask})[0]
 
 
 def _torch_threads() -> int:

@@ -41,6 +41,8 @@ from .ppr import PPRSolver, igraph_ppr
 
 log = logging.getLogger(__name__)
 
+single_threaded_after_fork()  # a forked child of a process that searched must not wait on the parent's thread teams
+
 class QueryError(ValueError):
     """A query the retriever cannot take (empty, too long, unknown mode)."""
 
@@ -416,9 +418,6 @@ class Retriever:
         if self.cfg.entity_seed_top_k:
             kept = kept[: self.cfg.entity_seed_top_k]
         return {v: w for v, w in kept if w > 0}
-
-
-single_threaded_after_fork()
 
 
 def _torch_threads() -> int:
