@@ -74,22 +74,31 @@ class TopScan:
     """
 
     ROWS = 256
-    """Queries per run: the score block (rows × table rows float32, 68 MB for 66,890 facts) is made per run. On
-    the PopQA fact table 64 rows took 0.206, 128 0.158, 256 0.142 and 512 0.133 ms per query."""
+    """Most queries per run. On the PopQA fact table 64 rows took 0.206, 128 0.158, 256 0.142 and 512 0.133 ms
+    per query."""
+    BLOCK_BYTES = 64 << 20
+    """Largest score block (rows × table rows, float32) of one run. ONNX Runtime's arena keeps what the largest
+    run needed: after a batch of PopQA questions the process held 140 MB more with 256 rows, 73 MB with 128 and
+    39 MB with 64 (without the arena nothing, but the fact stage took 0.218 against 0.145 ms per query, each run's
+    pages faulted in anew). The cap keeps a table of a million rows at 16 queries per run, not 1 GB a run."""
 
     def __init__(self, table: np.ndarray, threads: int, *, owner: object = None) -> None:
         """``owner``: whatever owns ``table``'s memory when it is a view into a library's storage (a FAISS
         index), kept alive as long as this scan."""
         self.table = np.ascontiguousarray(table, dtype=np.float32)
         self.owner = owner
+        self.rows = max(8, min(self.ROWS, self.BLOCK_BYTES // max(1, 4 * len(self.table))))
         self.session = ProcessSession(_scan_graph(self.table.shape[1]), threads)
 
     def __call__(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(scores, ids, lo, hi): scores and ids b × k, best first; k is at most the table's rows."""
         q = np.ascontiguousarray(q, dtype=np.float32)
+        if not len(q):
+            return (np.empty((0, k), np.float32), np.empty((0, k), np.int64), np.empty(0, np.float32),
+                    np.empty(0, np.float32))
         kk = np.array([k], dtype=np.int64)
-        parts = [self.session.run({"q": q[start:start + self.ROWS], "table": self.table, "k": kk})
-                 for start in range(0, q.shape[0], self.ROWS)]
+        parts = [self.session.run({"q": q[start:start + self.rows], "table": self.table, "k": kk})
+                 for start in range(0, q.shape[0], self.rows)]
         scores, ids, lo, hi = (np.concatenate([part[i] for part in parts]) for i in range(4))
         return scores, ids, lo, hi
 

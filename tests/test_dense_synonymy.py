@@ -43,6 +43,11 @@ def test_a_flat_index_batch_scanned_in_onnxruntime_equals_faiss() -> None:
     got_s, got_i = search(small, queries, 10, blas_from=16, scan=batch_scan(small, 2))
     assert np.array_equal(got_i, want_i) and np.allclose(got_s, want_s, atol=1e-6)  # 3 ids of -1, as FAISS gives
     assert batch_scan(build_dense_index(x, DenseIndexConfig(kind="hnsw")), 2) is None
+    assert [a.shape for a in scan(queries[:0], 10)] == [(0, 10), (0, 10), (0,), (0,)]
+    from graph_index.ort_session import TopScan
+
+    assert scan.rows == TopScan.ROWS  # a small table: the most queries per run
+    assert TopScan(np.zeros((1_000_000, 4), np.float32), 1).rows == 16  # a large one: 64 MB score blocks
 
 
 def faiss_vectors(index) -> np.ndarray:  # noqa: ANN001 - a faiss.IndexFlat

@@ -81,6 +81,21 @@ def test_one_text_runs_the_fused_graph(onnx_minilm) -> None:
         assert float(onnx_minilm.encode_queries([text])[0] @ batch[i]) > 0.99999
 
 
+def test_a_truncated_cached_graph_is_made_again(caplog, tmp_path) -> None:
+    """A cached graph ONNX Runtime cannot load (a truncated file) is removed and made again, instead of sending the
+    process to the slow torch fallback."""
+    first = make_embedder(EmbedderConfig(), reuse=False, runtime="onnx", cache_dir=tmp_path)
+    want = first.encode_queries(TEXTS)
+    for path in (first.single_path, first.path):
+        path.write_bytes(path.read_bytes()[:1000])
+        with caplog.at_level(logging.WARNING, logger="graph_index.embedders"):
+            again = make_embedder(EmbedderConfig(), reuse=False, runtime="auto", cache_dir=tmp_path)
+        assert isinstance(again, onnx_encoder.OnnxEmbedder) and f"{path} could not be loaded" in caplog.text
+        assert path.stat().st_size > 1000
+        np.testing.assert_allclose(again.encode_queries(TEXTS), want, atol=1e-5)
+        np.testing.assert_allclose(again.encode_queries(TEXTS[:1]), want[:1], atol=1e-5)
+
+
 def test_failed_fusion_runs_one_text_on_the_plain_graph(monkeypatch, caplog, tmp_path) -> None:
     from onnxruntime.transformers import optimizer
 

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -147,13 +147,18 @@ class OnnxEmbedder(Embedder):
         from tokenizers import Tokenizer
 
         folder = Path(folder).expanduser().resolve()
-        plain = cached_export(folder, cache_dir)
-        path = cached_int8(plain) if int8 else plain
         threads = threads or _torch_threads()
-        self.session = ProcessSession(path, threads)
+
+        def plain() -> Path:
+            return cached_export(folder, cache_dir)
+
+        path, self.session = _cached_session(lambda: cached_int8(plain()) if int8 else plain(), threads)
         # one text at a time runs the fused graph (see _encode_batch); the int8 graph has none
-        self.single_path = path if int8 else cached_fused(plain, folder)
-        self.single_session = self.session if self.single_path == path else ProcessSession(self.single_path, threads)
+        self.single_path, self.single_session = path, self.session
+        if not int8:
+            fused, session = _cached_session(lambda: cached_fused(plain(), folder), threads)
+            if fused != path:
+                self.single_path, self.single_session = fused, session
         max_len = int(json.loads((folder / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)) \
             if (folder / "sentence_bert_config.json").is_file() else 256
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -206,6 +211,20 @@ class OnnxEmbedder(Embedder):
             mask[r, : len(e.ids)] = 1
         session = self.single_session if len(texts) == 1 else self.session
         return session.run({"input_ids": ids, "attention_mask": mask})[0]
+
+
+def _cached_session(make: Callable[[], Path], threads: int) -> tuple[Path, ProcessSession]:
+    """A session for the cached graph ``make`` returns (making it on first use). A cached file ONNX Runtime cannot
+    load (truncated or corrupt) is removed and made again once, instead of sending every later process to the slow
+    torch fallback."""
+    path = make()
+    try:
+        return path, ProcessSession(path, threads)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported, exception types
+        log.warning("cached ONNX graph %s could not be loaded (%s); making it again", path, str(exc)[:200])
+        path.unlink(missing_ok=True)
+        path = make()
+        return path, ProcessSession(path, threads)
 
 
 def _torch_threads() -> int:
