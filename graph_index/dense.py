@@ -31,8 +31,8 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *, blas_from: int = 
     same scores up to float32 rounding (3e-7), so passages within that of each other may swap. One query stays with
     FAISS (0.45 against 0.78 ms inside a search).
 
-    Why FAISS's BLAS kernel otherwise: FAISS picks between its own kernel and BLAS by a process-wide threshold (``distance_compute_blas_threshold``,
-    128,000 in faiss-cpu 1.15). On the 7,594-passage flat index, 256 queries took 146 ms through the default choice
+    Why FAISS's BLAS kernel otherwise: FAISS picks between its own kernel and BLAS by a process-wide threshold
+    (``distance_compute_blas_threshold``, 128,000 in faiss-cpu 1.15). On the 7,594-passage flat index, 256 queries took 146 ms through the default choice
     and 25 ms with the threshold at 20 (BLAS), the same ids, scores within 3e-7; one query stays faster on the
     default (0.8 against 2.1 ms). The threshold is set only for the call, under a lock, and restored.
     """
@@ -49,7 +49,7 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *, blas_from: int = 
         return index.search(queries, k)
 
 
-def batch_scan(index: faiss.Index, threads: int) -> TopScan | None:
+def batch_scan(index: faiss.Index, threads: int = 0) -> TopScan | None:
     """An ONNX Runtime scan over a CPU flat inner-product index's own vectors (a view, no copy), for
     :func:`search`; None for other kinds of index (IVF, HNSW, GPU copies: FAISS searches them) or without ONNX
     Runtime."""

@@ -21,12 +21,23 @@ _INHERITED: list[Any] = []
 """Sessions a forked child inherited from its parent (never freed: see the module docstring)."""
 
 
-def session_options(threads: int):  # noqa: ANN201 - an onnxruntime.SessionOptions
+def default_threads() -> int:
+    """torch's thread count: the width every ONNX Runtime pool here takes unless told otherwise."""
+    try:
+        import torch
+
+        return max(1, torch.get_num_threads())
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return max(1, os.cpu_count() or 1)
+
+
+def session_options(threads: int = 0):  # noqa: ANN201 - an onnxruntime.SessionOptions
+    """``threads``: the intra-op pool's width (0: :func:`default_threads`)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = max(1, threads)
+    opts.intra_op_num_threads = threads or default_threads()
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
     # no spin-waiting after a run: the idle pool would otherwise hold both cores while the retrieval that follows
@@ -39,7 +50,7 @@ class ProcessSession:
     """An ``onnxruntime.InferenceSession`` on the CPU for ``model`` (a path or a serialised graph), made now and
     again in any forked child that runs it."""
 
-    def __init__(self, model: str | Path | bytes, threads: int) -> None:
+    def __init__(self, model: str | Path | bytes, threads: int = 0) -> None:
         self.model = str(model) if isinstance(model, Path) else model
         self.threads = threads
         self._lock = threading.Lock()
@@ -82,7 +93,7 @@ class TopScan:
     39 MB with 64 (without the arena nothing, but the fact stage took 0.218 against 0.145 ms per query, each run's
     pages faulted in anew). The cap keeps a table of a million rows at 16 queries per run, not 1 GB a run."""
 
-    def __init__(self, table: np.ndarray, threads: int, *, owner: object = None) -> None:
+    def __init__(self, table: np.ndarray, threads: int = 0, *, owner: object = None) -> None:
         """``owner``: whatever owns ``table``'s memory when it is a view into a library's storage (a FAISS
         index), kept alive as long as this scan."""
         self.table = np.ascontiguousarray(table, dtype=np.float32)

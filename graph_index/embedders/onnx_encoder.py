@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -147,16 +146,19 @@ class OnnxEmbedder(Embedder):
         from tokenizers import Tokenizer
 
         folder = Path(folder).expanduser().resolve()
-        threads = threads or _torch_threads()
 
-        def plain() -> Path:
+        def plain() -> Path:  # exported on first use; made again only if a cached graph proves unreadable
             return cached_export(folder, cache_dir)
 
-        path, self.session = _cached_session(lambda: cached_int8(plain()) if int8 else plain(), threads)
+        def graph() -> Path:
+            return cached_int8(plain()) if int8 else plain()
+
+        path, self.session = _cached_session(graph(), graph, threads)
         # one text at a time runs the fused graph (see _encode_batch); the int8 graph has none
         self.single_path, self.single_session = path, self.session
         if not int8:
-            fused, session = _cached_session(lambda: cached_fused(plain(), folder), threads)
+            fused, session = _cached_session(cached_fused(path, folder), lambda: cached_fused(plain(), folder),
+                                             threads)
             if fused != path:
                 self.single_path, self.single_session = fused, session
         max_len = int(json.loads((folder / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)) \
@@ -213,24 +215,14 @@ class OnnxEmbedder(Embedder):
         return session.run({"input_ids": ids, "attention_mask": mask})[0]
 
 
-def _cached_session(make: Callable[[], Path], threads: int) -> tuple[Path, ProcessSession]:
-    """A session for the cached graph ``make`` returns (making it on first use). A cached file ONNX Runtime cannot
-    load (truncated or corrupt) is removed and made again once, instead of sending every later process to the slow
-    torch fallback."""
-    path = make()
+def _cached_session(path: Path, remake: Callable[[], Path], threads: int | None) -> tuple[Path, ProcessSession]:
+    """A session for the cached graph at ``path``. A cached file ONNX Runtime cannot load (truncated or corrupt) is
+    removed and made again once by ``remake``, instead of sending every later process to the slow torch
+    fallback."""
     try:
-        return path, ProcessSession(path, threads)
+        return path, ProcessSession(path, threads or 0)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported, exception types
         log.warning("cached ONNX graph %s could not be loaded (%s); making it again", path, str(exc)[:200])
         path.unlink(missing_ok=True)
-        path = make()
-        return path, ProcessSession(path, threads)
-
-
-def _torch_threads() -> int:
-    try:
-        import torch
-
-        return max(1, torch.get_num_threads())
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return max(1, os.cpu_count() or 1)
+        path = remake()
+        return path, ProcessSession(path, threads or 0)

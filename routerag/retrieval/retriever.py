@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 single_threaded_after_fork()  # a forked child of a process that searched must not wait on the parent's thread teams
 
+
 class QueryError(ValueError):
     """A query the retriever cannot take (empty, too long, unknown mode)."""
 
@@ -113,7 +114,7 @@ class Retriever:
         self.passages = self.data.passages
         self.n_passages = len(self.passages)
         self.dense = self.data.search_index(self.cfg.device)
-        self._dense_scan = batch_scan(self.dense, _torch_threads()) if self.cfg.batch_scan != "blas" else None
+        self._dense_scan = batch_scan(self.dense) if self.cfg.batch_scan != "blas" else None
         self.passage_emb = np.ascontiguousarray(self.data.passage_emb)
         self.facts = self.data.facts
         self._graph_ready = False
@@ -418,12 +419,6 @@ class Retriever:
         if self.cfg.entity_seed_top_k:
             kept = kept[: self.cfg.entity_seed_top_k]
         return {v: w for v, w in kept if w > 0}
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 def _ms(t0: float) -> float:
