@@ -76,7 +76,7 @@ def main() -> None:
                                                       torch.from_numpy(s.data), size=s.shape)
     questions = [it.question for it in load_questions(args.questions, limit=args.limit)]
     vec = r.embed(questions)
-    hits = r.dense.search(vec, r.cfg.dense_seed_passages) if r.cfg.dense_seed_passages else None
+    hits = r.dense_hits(vec, r.cfg.dense_seed_passages) if r.cfg.dense_seed_passages else None
     seeds, _, _ = r.graph_seeds(vec, questions, hits)
     rows = [v for sd in seeds for v in sd.weights]
     cols = [i for i, sd in enumerate(seeds) for _ in sd.weights]

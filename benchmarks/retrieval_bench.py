@@ -125,7 +125,7 @@ def push_comparison(retriever: Retriever, questions: list[str], eps_list: list[f
     r._ensure_graph()
     clean = [r._check(q) for q in questions]
     vec = r.embed(clean)
-    hits = r.dense.search(vec, r.cfg.dense_seed_passages) if r.cfg.dense_seed_passages else None
+    hits = r.dense_hits(vec, r.cfg.dense_seed_passages) if r.cfg.dense_seed_passages else None
     seeds, _, _ = r.graph_seeds(vec, clean, hits)
     rows = r._passage_rows
     ref, cheb_ms = [], []

@@ -105,6 +105,14 @@ class RetrievalConfig(StrictModel):
     dense one 0.017 against 0.049); ``blas``: numpy's GEMM with torch's top-k for facts, FAISS's BLAS kernel for
     the dense index; ``auto``: ONNX Runtime where it is installed. Both give the float32 scores, so only results
     within float32 rounding of each other may swap. ``--variant "blas:batch_scan=blas"`` measures the difference."""
+    small_batch_scan: Literal["auto", "int8", "float"] = "auto"
+    """How up to eight queries scan the fact table (with ``fact_index = exact``) and a flat dense index. ``int8``:
+    an int8 copy of the table in ONNX Runtime, then float32 scores for the rows a proven error bound cannot rule out
+    (``graph_index.ort_session.Int8Screen``; inside PopQA searches the fact stage took 1.03 against 1.66 ms and
+    the dense one 0.28 against 0.45); ``float``: the facts' float16 copy in torch (then float32 scores likewise)
+    and FAISS for the dense index; ``auto``: ``int8`` where ONNX Runtime is installed and the table fits (2^30
+    entries). Both give the float32 scan's top rows and score range, so only rows within float32 rounding of each
+    other may swap. ``--variant "float:small_batch_scan=float"`` measures the difference."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     ppr_backend: Literal["batched", "igraph"] = "batched"
     """``igraph``: one prpack call per query, as HippoRAG 2 does (the reference the batched solver is checked and

@@ -298,10 +298,12 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def test_float16_screened_fact_matching_equals_the_float32_scan() -> None:
-    """The screened single-query path and the batched GEMM both give the top facts, minimum and maximum of an exact
-    scan, up to float32 rounding: facts whose scores differ by less than that (near copies, exact duplicates) may
-    come in either order, as they would between two float32 scans that sum in different orders."""
+@pytest.mark.parametrize("small", ["float", "int8"])
+def test_screened_fact_matching_equals_the_float32_scan(small: str) -> None:
+    """The screened single-query path (float16 or int8) and the batched GEMM both give the top facts, minimum and
+    maximum of an exact scan, up to float32 rounding: facts whose scores differ by less than that (near copies,
+    exact duplicates) may come in either order, as they would between two float32 scans that sum in different
+    orders."""
     from routerag.retrieval.facts import SMALL_BATCH, FactScorer
 
     rng = np.random.default_rng(0)
@@ -312,13 +314,14 @@ def test_float16_screened_fact_matching_equals_the_float32_scan() -> None:
     facts[40:60] = base  # exact duplicates
     queries = np.vstack([unit_rows(base[:6] + 0.3 * rng.standard_normal((6, 64))), base[6:9],
                          unit_rows(base[:9] + 0.3 * rng.standard_normal((9, 64)))]).astype(np.float32)
-    scorer = FactScorer(facts, blas_threads=2)
+    scorer = FactScorer(facts, blas_threads=2, small_batch_scan=small)  # type: ignore[arg-type]
+    assert (scorer.screen is not None) == (small == "int8")
     assert len(queries) >= 2 * SMALL_BATCH
     big = scorer.match(queries, 5)  # a large batch: the float32 GEMM, its rows split over two threads
     exact = queries.astype(np.float64) @ facts.T.astype(np.float64)
     for r in range(len(queries)):
         best = np.sort(exact[r])[::-1][:5]
-        small = scorer.match(queries[r:r + 1], 5)  # one query: screened in float16, rescored in float32
+        small = scorer.match(queries[r:r + 1], 5)  # one query: screened, rescored in float32
         for got in (small.top[0], big.top[r]):
             assert len(set(got)) == 5
             assert np.allclose(exact[r, got], best, atol=1e-6)  # the top 5, best first, up to float32 rounding
@@ -329,7 +332,8 @@ def test_float16_screened_fact_matching_equals_the_float32_scan() -> None:
     # where the top 5 is clear of rounding, both paths pick exactly the same facts in the same order
     table = unit_rows(rng.standard_normal((5000, 64))).astype(np.float32)
     q = unit_rows(rng.standard_normal((40, 64))).astype(np.float32)
-    one = [list(FactScorer(table).match(q[r:r + 1], 5).top[0]) for r in range(40)]
+    one = [list(FactScorer(table, small_batch_scan=small).match(q[r:r + 1], 5).top[0])  # type: ignore[arg-type]
+           for r in range(40)]
     for threads in (1, 3):  # the GEMM on one thread, and split three ways
         for how in ("blas", "onnxruntime"):
             assert one == [list(t) for t in FactScorer(table, blas_threads=threads,
@@ -382,9 +386,90 @@ def test_onnxruntime_fact_scan_equals_the_float32_gemm(monkeypatch: pytest.Monke
             os._exit(0 if np.array_equal(scorer.match(queries, 5).top, got.top) else 3)
         assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
     monkeypatch.setattr(facts_mod, "_onnxruntime", lambda: False)
-    assert FactScorer(facts).scan is None  # auto falls back to numpy
+    fallback = FactScorer(facts)
+    assert fallback.scan is None and fallback.screen is None  # auto falls back to numpy and the float16 screen
     with pytest.raises(RuntimeError, match="onnxruntime is not installed"):
         FactScorer(facts, batch_scan="onnxruntime")
+    with pytest.raises(RuntimeError, match="small_batch_scan = int8, but onnxruntime is not installed"):
+        FactScorer(facts, small_batch_scan="int8")
+
+
+def test_int8_screen_gives_the_float32_scan_s_top_k_and_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """graph_index.ort_session.Int8Screen: its error bound holds for every row, and what it returns is the exact
+    scan's top k (best first, equal scores lowest index first), minimum and maximum, also where more rows than its
+    first width fall within the bound (200 copies of one row), for a zero query and a zero row, one query or
+    several at once, and k past the table's size."""
+    from graph_index.ort_session import Int8Screen, _quantise
+
+    rng = np.random.default_rng(7)
+    table = unit_rows(rng.standard_normal((3000, 48)))
+    base = table[:20].copy()
+    table[20:40] = unit_rows(base + 1e-5 * rng.standard_normal(base.shape))
+    table[40:60] = base  # exact duplicates
+    table[100:300] = table[99]  # 200 copies: more rows within the bound than the first width
+    table[500] = 0
+    queries = np.vstack([unit_rows(base[:5] + 0.3 * rng.standard_normal((5, 48))), table[99:100],
+                         unit_rows(rng.standard_normal((5, 48))), np.zeros((1, 48), np.float32)]).astype(np.float32)
+    screen = Int8Screen(table, 2, with_range=True)
+    widths: list[int] = []
+    run = screen.session.run
+    monkeypatch.setattr(screen.session, "run", lambda feeds: (widths.append(int(feeds["width"][0])), run(feeds))[1])
+    codes, scale, _, _ = _quantise(table)
+    stored = codes.T.astype(np.float64) * scale[:, None].astype(np.float64)
+    exact = queries.astype(np.float64) @ table.T.astype(np.float64)
+    got = screen(queries, 5)
+    for r, q in enumerate(queries):
+        step = max(float(np.abs(q).max()) / 127, 0.0) or 1.0
+        u = np.clip(np.rint(q / step), -127, 127)
+        assert np.abs(exact[r] - step * (stored @ u)).max() <= screen.bound(q[None], np.array([step]), u[None])[0]
+        one = screen(q[None], 5)
+        for scores, ids, lo, hi in ((got[0][r], got[1][r], got[2][r], got[3][r]), tuple(x[0] for x in one)):
+            assert len(set(ids)) == 5
+            assert np.allclose(exact[r, ids], np.sort(exact[r])[::-1][:5], atol=1e-6)
+            assert np.allclose(scores, exact[r, ids], atol=1e-6)
+            assert lo == pytest.approx(exact[r].min(), abs=1e-6) and hi == pytest.approx(exact[r].max(), abs=1e-6)
+            for i in range(4):
+                if scores[i] == scores[i + 1]:
+                    assert ids[i] < ids[i + 1]
+    assert list(got[1][5]) == [99, 100, 101, 102, 103]  # 201 equal rows: lowest index first
+    assert list(got[1][-1]) == [0, 1, 2, 3, 4]  # a zero query scores every row 0
+    assert max(widths) > 4 * 5  # the copies made it look past its first width
+    small = Int8Screen(table[:3], 1)
+    scores, ids, lo, hi = small(queries[:2], 10)
+    assert ids.shape == (2, 3) and np.isnan(lo).all() and np.isnan(hi).all()
+    assert sorted(ids[0]) == [0, 1, 2]
+    monkeypatch.setattr(Int8Screen, "MAX_BYTES", 100)
+    assert not Int8Screen.fits(table)
+    with pytest.raises(ValueError, match="an int8 screen takes 1 to 100 table entries"):
+        Int8Screen(table)
+
+
+def test_an_onnx_session_freed_in_a_forked_child_is_kept_not_destroyed() -> None:
+    """A screen that became garbage in the parent (a reference cycle not yet collected) and is collected in a forked
+    child: destroying its ONNX Runtime session there waited forever on the parent's thread pool. It is kept."""
+    import gc
+    import os
+    import signal
+
+    from graph_index.ort_session import Int8Screen
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    screen = Int8Screen(unit_rows(np.random.default_rng(0).standard_normal((500, 16))), 2)
+    screen(np.ones((1, 16), np.float32), 3)  # the session's pool has run in the parent
+    cycle: list[object] = [screen]
+    cycle.append(cycle)
+    del screen, cycle
+    gc.disable()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(30)
+            gc.collect()
+            os._exit(0)
+    finally:
+        gc.enable()
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
 # -- LLM fact filter -----------------------------------------------------------------------------------------------
@@ -494,6 +579,31 @@ def test_dense_search_on_the_blas_kernel_gives_the_same_results_and_restores_fai
     assert (got_i == want_i).all() and np.allclose(got_d, want_d, atol=1e-5)
     small_d, small_i = search(index, q[:3], 10, blas_from=16)  # below blas_from: FAISS's own choice, untouched
     assert (small_i == want_i[:3]).all() and (small_d == want_d[:3]).all()
+
+
+def test_a_few_queries_through_the_int8_screen_find_what_faiss_finds() -> None:
+    """graph_index.dense.search with the flat index's int8 screen (small_scan): up to SCREEN_QUERIES queries get
+    FAISS's ids and scores (up to float32 rounding), padded as FAISS pads past the index's size; more queries and
+    other kinds of index are left to FAISS."""
+    import faiss
+
+    from graph_index.dense import SCREEN_QUERIES, search, small_scan
+
+    rng = np.random.default_rng(4)
+    index = faiss.IndexFlatIP(32)
+    index.add(unit_rows(rng.standard_normal((3000, 32))).astype(np.float32))
+    q = unit_rows(rng.standard_normal((SCREEN_QUERIES, 32))).astype(np.float32)
+    screen = small_scan(index)
+    assert screen is not None and screen.owner is index
+    want_d, want_i = index.search(q, 10)
+    got_d, got_i = search(index, q, 10, blas_from=16, screen=screen)
+    assert (got_i == want_i).all() and np.allclose(got_d, want_d, atol=1e-6)
+    tiny = faiss.IndexFlatIP(32)
+    tiny.add(q[:4])
+    pad_d, pad_i = search(tiny, q[:2], 6, screen=small_scan(tiny))
+    faiss_d, faiss_i = tiny.search(q[:2], 6)
+    assert (pad_i == faiss_i).all() and (pad_i[:, 4:] == -1).all() and np.allclose(pad_d[:, :4], faiss_d[:, :4])
+    assert small_scan(faiss.IndexHNSWFlat(32, 8, faiss.METRIC_INNER_PRODUCT)) is None
 
 
 def test_long_chebyshev_solves_stay_finite_and_match_igraph() -> None:

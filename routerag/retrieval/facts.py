@@ -2,10 +2,12 @@
 2 min-max normalises fact scores over the whole table), exactly as a float32 scan would give them.
 
 A single query is memory-bound: the float32 fact table is read once per query (103 MB for 67k facts × 384
-dimensions, ~4.5 ms at this machine's bandwidth). Here a query first scans a float16 copy (half the bytes, torch's
-multi-threaded half-precision kernel), then rescores in float32 only the facts that could be in the exact top k or
-be the exact minimum given a proven error bound on the float16 scores. The result equals the float32 scan's, up
-to that scan's own rounding: facts whose scores differ by less than float32 resolution may come in either order.
+dimensions). So a few queries scan a smaller copy first and rescore in float32 only the facts that could be in the
+exact top k or be the exact minimum given a proven error bound on the copy's scores: an int8 copy in ONNX Runtime
+(``graph_index.ort_session.Int8Screen``, a quarter of the bytes; 0.41 against 1.39 ms per PopQA question alone)
+or, without ONNX Runtime, a float16 copy in torch (half the bytes, :meth:`FactScorer._match_one`). The result
+equals the float32 scan's, up to that scan's own rounding: facts whose scores differ by less than float32
+resolution may come in either order.
 
 Large batches go through one float32 GEMM instead, where the arithmetic is amortised and bandwidth matters less. It
 runs in ONNX Runtime (``graph_index.ort_session.TopScan``) where that is installed, as the query encoder does: a
@@ -16,6 +18,7 @@ bfloat16 screen it replaced (exact scores, no bound needed; ``docs/benchmarks.md
 
 from __future__ import annotations
 
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,12 +27,15 @@ from typing import Literal
 
 import numpy as np
 
+log = logging.getLogger(__name__)
+
 SMALL_BATCH = 8
 """Up to this many queries, each is screened in float16 and rescored; beyond, one float32 GEMM."""
 _U16 = 2.0**-11
 """Unit roundoff of float16 (rounding to nearest)."""
 _U32 = 2.0**-24
 BatchScan = Literal["auto", "onnxruntime", "blas"]
+SmallBatchScan = Literal["auto", "int8", "float"]
 
 
 @dataclass(slots=True)
@@ -45,7 +51,7 @@ class FactMatches:
 
 class FactScorer:
     def __init__(self, fact_emb: np.ndarray, half: np.ndarray | None = None, *, blas_threads: int = 0,
-                 batch_scan: BatchScan = "auto") -> None:
+                 batch_scan: BatchScan = "auto", small_batch_scan: SmallBatchScan = "auto") -> None:
         """``half``: the float16 copy of ``fact_emb`` when the index has one on disk (mapped, so no copy is made
         here); without it the copy is computed, in memory. ``blas_threads``: threads for a batch's GEMM (0 =
         torch's thread count). ``batch_scan`` (``retrieval.batch_scan``): ``onnxruntime`` runs a batch
@@ -73,6 +79,9 @@ class FactScorer:
             from graph_index.ort_session import TopScan
 
             self.scan = TopScan(fact_emb, self.blas_threads)
+        self.screen = None  # graph_index.ort_session.Int8Screen, for up to SMALL_BATCH queries
+        if small_batch_scan != "float" and self.n:
+            self.screen = _int8_screen(fact_emb, self.blas_threads, required=small_batch_scan == "int8")
 
     def bound(self, q_norm: float) -> float:
         """Largest possible |float16 score − float32 score| for a query of this norm: rounding query and fact to
@@ -88,6 +97,9 @@ class FactScorer:
                 scores, top, lo, hi = self.scan(q, k)
                 return FactMatches(top, scores, lo, hi)
             return self._match_gemm(q, k)
+        if self.screen is not None:
+            scores, top, lo, hi = self.screen(q, k)
+            return FactMatches(top, scores, lo, hi)
         rows = [self._match_one(np.ascontiguousarray(v, dtype=np.float32), k) for v in q]
         return FactMatches(*(np.stack(parts) for parts in zip(*rows)))
 
@@ -139,6 +151,21 @@ def _pool(n: int) -> ThreadPoolExecutor:
 
 
 os.register_at_fork(after_in_child=_pool.cache_clear)  # a forked child has none of the parent's threads
+
+
+def _int8_screen(table: np.ndarray, threads: int, *, required: bool):  # noqa: ANN202 - an Int8Screen or None
+    """The int8 screen of ``table``, or None where it cannot be made (no ONNX Runtime, a table past its size) and
+    was not ``required`` (then that is an error)."""
+    from graph_index.ort_session import Int8Screen
+
+    why = ("onnxruntime is not installed (pip install onnxruntime)" if not _onnxruntime()
+           else None if Int8Screen.fits(table) else f"{table.shape[0]} rows of {table.shape[1]} pass its size limit")
+    if why is None:
+        return Int8Screen(table, threads, with_range=True)
+    if required:
+        raise RuntimeError(f"retrieval.small_batch_scan = int8, but {why}; set it to auto or float")
+    log.info("one query's scans stay in float: %s", why)
+    return None
 
 
 def _onnxruntime() -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from graph_index.dense import batch_scan
+from graph_index.dense import batch_scan, small_scan
 from graph_index.dense import search as dense_search
 from graph_index.embedders import Embedder, make_embedder
 from graph_index.llm_clients import resolve_api_key
@@ -115,6 +115,7 @@ class Retriever:
         self.n_passages = len(self.passages)
         self.dense = self.data.search_index(self.cfg.device)
         self._dense_scan = batch_scan(self.dense) if self.cfg.batch_scan != "blas" else None
+        self._dense_screen = small_scan(self.dense) if self.cfg.small_batch_scan != "float" else None
         self.passage_emb = np.ascontiguousarray(self.data.passage_emb)
         self.facts = self.data.facts
         self._graph_ready = False
@@ -144,7 +145,7 @@ class Retriever:
         fact_emb = np.ascontiguousarray(self.data.fact_emb)
         self.fact_scorer = (
             FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads,
-                       batch_scan=self.cfg.batch_scan)
+                       batch_scan=self.cfg.batch_scan, small_batch_scan=self.cfg.small_batch_scan)
             if self.cfg.fact_index == "exact" else FaissFactScorer(fact_emb, self.cfg.fact_index))
         self.entity_passages = self.data.vertex_passage_counts
         self.n_nodes = g.vcount()
@@ -218,6 +219,12 @@ class Retriever:
                            solver.M.indptr, solver.perm, solver.inv, solver.sqrt_deg, solver.inv_sqrt_deg]
         return total + sum(int(a.nbytes) for a in arrays)
 
+    def dense_hits(self, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, ids), each b × n best first, of the dense index for unit query rows ``q``, as every search
+        finds them (a few queries through the int8 screen, batches through the batch scan)."""
+        return dense_search(self.dense, q, n, blas_from=self.cfg.dense_blas_from, scan=self._dense_scan,
+                            screen=self._dense_screen)
+
     def embed(self, queries: Sequence[str]) -> np.ndarray:
         """Unit query vectors, as :meth:`search` would compute them."""
         return self.embedder.encode_queries([self._check(q) for q in queries])
@@ -254,8 +261,7 @@ class Retriever:
         scores = ids = None
         if search_n:
             t = time.perf_counter()
-            scores, ids = dense_search(self.dense, q, search_n, blas_from=self.cfg.dense_blas_from,
-                                       scan=self._dense_scan)
+            scores, ids = self.dense_hits(q, search_n)
             timings["dense"] = _ms(t)
         if mode in ("passage", "hybrid"):
             passage_lists = [[(int(i), float(s)) for i, s in zip(ids[r][:depth], scores[r][:depth]) if i >= 0]
@@ -382,7 +388,7 @@ class Retriever:
         clean = self._check(query)
         q = self.embedder.encode_queries([clean]) if vector is None else np.ascontiguousarray(vector, dtype=np.float32)
         seed_n = min(max(self.cfg.dense_seed_passages, 0), self.n_passages)
-        hits = self.dense.search(q, seed_n) if seed_n else None
+        hits = self.dense_hits(q, seed_n) if seed_n else None
         seeds, facts, fallbacks = self.graph_seeds(q, [clean], hits, origins=True)
         return seeds[0], facts[0], fallbacks[0]
 
