@@ -111,8 +111,9 @@ class TopScan:
         self.session = ProcessSession(_scan_graph(self.table.shape[1]), threads)
 
     def __call__(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(scores, ids, lo, hi): scores and ids b × k, best first; k is at most the table's rows."""
+        """(scores, ids, lo, hi): scores and ids b × min(k, rows), best first."""
         q = np.ascontiguousarray(q, dtype=np.float32)
+        k = min(k, len(self.table))
         if not len(q):
             return (np.empty((0, k), np.float32), np.empty((0, k), np.int64), np.empty(0, np.float32),
                     np.empty(0, np.float32))

@@ -50,6 +50,31 @@ def test_a_flat_index_batch_scanned_in_onnxruntime_equals_faiss() -> None:
     assert TopScan(np.zeros((1_000_000, 4), np.float32), 1).rows == 16  # a large one: 64 MB score blocks
 
 
+def test_a_few_queries_through_the_int8_screen_find_what_faiss_finds() -> None:
+    """graph_index.dense.search with the flat index's int8 screen (small_scan): up to SCREEN_QUERIES queries get
+    FAISS's ids and scores (up to float32 rounding), padded as FAISS pads past the index's size; more queries and
+    other kinds of index are left to FAISS."""
+    import faiss
+
+    from graph_index.dense import SCREEN_QUERIES, search, small_scan
+
+    rng = np.random.default_rng(4)
+    index = faiss.IndexFlatIP(32)
+    index.add(unit(rng, 3000, 32))
+    q = unit(rng, SCREEN_QUERIES, 32)
+    screen = small_scan(index)
+    assert screen is not None and screen.owner is index
+    want_d, want_i = index.search(q, 10)
+    got_d, got_i = search(index, q, 10, blas_from=16, screen=screen)
+    assert (got_i == want_i).all() and np.allclose(got_d, want_d, atol=1e-6)
+    tiny = faiss.IndexFlatIP(32)
+    tiny.add(q[:4])
+    pad_d, pad_i = search(tiny, q[:2], 6, screen=small_scan(tiny))
+    faiss_d, faiss_i = tiny.search(q[:2], 6)
+    assert (pad_i == faiss_i).all() and (pad_i[:, 4:] == -1).all() and np.allclose(pad_d[:, :4], faiss_d[:, :4])
+    assert small_scan(faiss.IndexHNSWFlat(32, 8, faiss.METRIC_INNER_PRODUCT)) is None
+
+
 def faiss_vectors(index) -> np.ndarray:  # noqa: ANN001 - a faiss.IndexFlat
     """The index's own vector storage (a view)."""
     import faiss

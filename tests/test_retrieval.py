@@ -581,31 +581,6 @@ def test_dense_search_on_the_blas_kernel_gives_the_same_results_and_restores_fai
     assert (small_i == want_i[:3]).all() and (small_d == want_d[:3]).all()
 
 
-def test_a_few_queries_through_the_int8_screen_find_what_faiss_finds() -> None:
-    """graph_index.dense.search with the flat index's int8 screen (small_scan): up to SCREEN_QUERIES queries get
-    FAISS's ids and scores (up to float32 rounding), padded as FAISS pads past the index's size; more queries and
-    other kinds of index are left to FAISS."""
-    import faiss
-
-    from graph_index.dense import SCREEN_QUERIES, search, small_scan
-
-    rng = np.random.default_rng(4)
-    index = faiss.IndexFlatIP(32)
-    index.add(unit_rows(rng.standard_normal((3000, 32))).astype(np.float32))
-    q = unit_rows(rng.standard_normal((SCREEN_QUERIES, 32))).astype(np.float32)
-    screen = small_scan(index)
-    assert screen is not None and screen.owner is index
-    want_d, want_i = index.search(q, 10)
-    got_d, got_i = search(index, q, 10, blas_from=16, screen=screen)
-    assert (got_i == want_i).all() and np.allclose(got_d, want_d, atol=1e-6)
-    tiny = faiss.IndexFlatIP(32)
-    tiny.add(q[:4])
-    pad_d, pad_i = search(tiny, q[:2], 6, screen=small_scan(tiny))
-    faiss_d, faiss_i = tiny.search(q[:2], 6)
-    assert (pad_i == faiss_i).all() and (pad_i[:, 4:] == -1).all() and np.allclose(pad_d[:, :4], faiss_d[:, :4])
-    assert small_scan(faiss.IndexHNSWFlat(32, 8, faiss.METRIC_INNER_PRODUCT)) is None
-
-
 def test_long_chebyshev_solves_stay_finite_and_match_igraph() -> None:
     """The step kept as c·u (u grows as 1/c) over many steps: a tight tolerance at a small damping is 20+ steps,
     where c would leave float32's range without the rescaling."""
