@@ -2,7 +2,7 @@
 
     python benchmarks/retrieval_bench.py INDEX_DIR QUESTIONS.json [--modes passage,graph,hybrid]
         [--latency 200] [--reference 100] [--variant today:query_encoder=torch] [--push-eps 1e-6,1e-7]
-        [--floors] [--out results.json]
+        [--paired 100] [--floors] [--out results.json]
 
 Quality: recall@2/5/10 of the gold supporting passages, and answer-recall@5 (a top-5 passage contains a gold
 answer alias). Speed: single-query latency (p50/p95, query embedding included) and batched throughput, each with
@@ -11,6 +11,8 @@ prpack called once per query (HippoRAG 2's way) as the reference.
 
 ``--variant NAME:FIELD=VALUE[;FIELD=VALUE]`` runs the same measurements, in the same process and run, for another
 configuration (e.g. today's path: ``query_encoder=torch``), with its top-10 agreement against the main one.
+``--paired N`` also times single queries of each variant interleaved with the main configuration, question by
+question (:func:`paired`), so that a difference smaller than the host's drift between phases still shows.
 ``--push-eps`` measures forward-push PageRank (``routerag/retrieval/push.py``) against the Chebyshev solver on the
 latency queries' own seeds: latency and top-10 agreement per residual threshold. ``--floors`` adds the lower bounds
 of ``benchmarks/query_floors.py`` (each stage's work at this machine's best measured rates) beside the measurements.
@@ -101,6 +103,34 @@ def speed(retriever: Retriever, questions: list[str], mode: str, n_latency: int,
     return out
 
 
+def paired(main: Retriever, other: Retriever, questions: list[str], mode: str, repeats: int = 2) -> dict:
+    """One-query latency of two configurations on the same questions, each question searched by both in turn (the
+    order alternating), so both see the same state of the machine: the medians, their per-stage medians, and the
+    median of the per-question differences (other − main). Searches one after another in separate phases drift
+    with the host by more than some of the differences measured here."""
+    lat: dict[str, list[float]] = {"main": [], "other": []}
+    stages: dict[str, dict[str, list[float]]] = {"main": {}, "other": {}}
+    both = (("main", main), ("other", other))
+    for q in questions[:8]:  # warm-up
+        for _, r in both:
+            r.search([q], mode=mode, k=5)
+    for rep in range(repeats):
+        for i, q in enumerate(questions):
+            for name, r in both if (i + rep) % 2 == 0 else both[::-1]:
+                t = time.perf_counter()
+                res = r.search([q], mode=mode, k=5)
+                lat[name].append((time.perf_counter() - t) * 1000)
+                for stage, ms in res[0].timings_ms.items():
+                    stages[name].setdefault(stage, []).append(ms)
+    diff = np.asarray(lat["other"]) - np.asarray(lat["main"])
+    return {"questions": len(questions), "repeats": repeats,
+            "main_p50_ms": round(float(np.median(lat["main"])), 3),
+            "variant_p50_ms": round(float(np.median(lat["other"])), 3),
+            "paired_difference_median_ms": round(float(np.median(diff)), 3),
+            "main_stages_ms": {k: round(float(np.median(v)), 3) for k, v in stages["main"].items()},
+            "variant_stages_ms": {k: round(float(np.median(v)), 3) for k, v in stages["other"].items()}}
+
+
 def parse_overrides(pairs: list[str]) -> dict:
     """``field=value`` strings as RetrievalConfig fields (numbers, booleans and JSON parsed; the rest strings)."""
     out: dict = {}
@@ -166,6 +196,9 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="RetrievalConfig field=value (repeatable)")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:FIELD=VALUE[;FIELD=VALUE]: also measure this configuration (repeatable)")
+    ap.add_argument("--paired", type=int, default=0,
+                    help="also time one query at a time on this many questions, each variant interleaved with the "
+                         "main configuration")
     ap.add_argument("--push-eps", default="", help="comma-separated residual thresholds for forward-push PPR")
     ap.add_argument("--floors", action="store_true", help="also measure the per-stage lower bounds on this machine")
     args = ap.parse_args()
@@ -207,6 +240,8 @@ def main() -> None:
                 [[d.id for d in x.docs] == [d.id for d in y.docs] for x, y in zip(a, b)])), 4)
             if args.latency:
                 entry |= speed(other, questions, mode, args.latency, vvec)
+            if args.paired:
+                entry["paired_single"] = paired(retriever, other, questions[: args.paired], mode)
             ventry["modes"][mode] = entry
             print(f"variant {name} {mode}", json.dumps(entry), flush=True)
         report["variants"][name] = ventry

@@ -133,6 +133,8 @@ class Int8Screen:
     of the float16 ones, and ONNX Runtime's ``MatMulInteger`` with an unsigned query and a signed constant table
     (the layout x86's VNNI instructions multiply, prepacked when the session is made) read the PopQA fact table
     (66,890 × 384) in 0.26 ms, where torch's float16 matrix-vector product took 1.17 (a signed query took 7.6).
+    Inside searches, where the encoder has just pushed the table out of the caches, the fact stage took 1.03
+    against 1.66 ms.
 
     The bound: each table row f is stored as s·w (w int8, s its largest |component| / 127) and the query q as
     t·u (u int8 + 128 as uint8, with zero point 128). For every row, |q·f − t·s·(u·w)| ≤ ‖q‖·E + ‖q − t·u‖·H,
@@ -239,6 +241,9 @@ def _quantise(table: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, np.ndar
         f = np.asarray(table[start:start + chunk], dtype=np.float32)
         m = len(f)
         s = np.abs(f).max(axis=1) / np.float32(127)
+        if not np.isfinite(s).all():
+            row = start + int(np.flatnonzero(~np.isfinite(s))[0])
+            raise ValueError(f"an int8 screen needs finite table values; row {row} holds NaN or infinity")
         s[s == 0] = 1
         wm, dm = w[:m], diff[:m]
         np.divide(f, s[:, None], out=wm)

@@ -106,7 +106,8 @@ class RetrievalConfig(StrictModel):
     the dense index; ``auto``: ONNX Runtime where it is installed. Both give the float32 scores, so only results
     within float32 rounding of each other may swap. ``--variant "blas:batch_scan=blas"`` measures the difference."""
     small_batch_scan: Literal["auto", "int8", "float"] = "auto"
-    """How up to eight queries scan the fact table (with ``fact_index = exact``) and a flat dense index. ``int8``:
+    """How up to eight queries scan the fact table (with ``fact_index = exact``) and a flat dense index (of 6 MB or
+    more: FAISS reads a smaller one faster, ``graph_index.dense.SCREEN_FROM_BYTES``). ``int8``:
     an int8 copy of the table in ONNX Runtime, then float32 scores for the rows a proven error bound cannot rule out
     (``graph_index.ort_session.Int8Screen``; inside PopQA searches the fact stage took 1.03 against 1.66 ms and
     the dense one 0.28 against 0.45); ``float``: the facts' float16 copy in torch (then float32 scores likewise)

@@ -50,17 +50,20 @@ def test_a_flat_index_batch_scanned_in_onnxruntime_equals_faiss() -> None:
     assert TopScan(np.zeros((1_000_000, 4), np.float32), 1).rows == 16  # a large one: 64 MB score blocks
 
 
-def test_a_few_queries_through_the_int8_screen_find_what_faiss_finds() -> None:
+def test_a_few_queries_through_the_int8_screen_find_what_faiss_finds(monkeypatch: pytest.MonkeyPatch) -> None:
     """graph_index.dense.search with the flat index's int8 screen (small_scan): up to SCREEN_QUERIES queries get
-    FAISS's ids and scores (up to float32 rounding), padded as FAISS pads past the index's size; more queries and
-    other kinds of index are left to FAISS."""
+    FAISS's ids and scores (up to float32 rounding), padded as FAISS pads past the index's size; more queries, small
+    indexes and other kinds of index are left to FAISS."""
     import faiss
 
+    from graph_index import dense
     from graph_index.dense import SCREEN_QUERIES, search, small_scan
 
     rng = np.random.default_rng(4)
     index = faiss.IndexFlatIP(32)
     index.add(unit(rng, 3000, 32))
+    assert small_scan(index) is None  # 384 KB: FAISS is faster than the screen's fixed cost
+    monkeypatch.setattr(dense, "SCREEN_FROM_BYTES", 0)
     q = unit(rng, SCREEN_QUERIES, 32)
     screen = small_scan(index)
     assert screen is not None and screen.owner is index

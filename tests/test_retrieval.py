@@ -438,6 +438,13 @@ def test_int8_screen_gives_the_float32_scan_s_top_k_and_range(monkeypatch: pytes
     scores, ids, lo, hi = small(queries[:2], 10)
     assert ids.shape == (2, 3) and np.isnan(lo).all() and np.isnan(hi).all()
     assert sorted(ids[0]) == [0, 1, 2]
+    broken = table.copy()
+    broken[3, 0] = np.nan
+    with pytest.raises(ValueError, match="needs finite table values; row 3 holds NaN"):
+        Int8Screen(broken)
+    from routerag.retrieval.facts import FactScorer
+
+    assert FactScorer(broken).screen is None  # auto keeps such a table on the float path
     monkeypatch.setattr(Int8Screen, "MAX_BYTES", 100)
     assert not Int8Screen.fits(table)
     with pytest.raises(ValueError, match="an int8 screen takes 1 to 100 table entries"):

@@ -154,14 +154,17 @@ os.register_at_fork(after_in_child=_pool.cache_clear)  # a forked child has none
 
 
 def _int8_screen(table: np.ndarray, threads: int, *, required: bool):  # noqa: ANN202 - an Int8Screen or None
-    """The int8 screen of ``table``, or None where it cannot be made (no ONNX Runtime, a table past its size) and
-    was not ``required`` (then that is an error)."""
+    """The int8 screen of ``table``, or None where it cannot be made (no ONNX Runtime, a table past its size or not
+    finite) and was not ``required`` (then that is an error)."""
     from graph_index.ort_session import Int8Screen
 
     why = ("onnxruntime is not installed (pip install onnxruntime)" if not _onnxruntime()
            else None if Int8Screen.fits(table) else f"{table.shape[0]} rows of {table.shape[1]} pass its size limit")
     if why is None:
-        return Int8Screen(table, threads, with_range=True)
+        try:
+            return Int8Screen(table, threads, with_range=True)
+        except ValueError as exc:  # NaN or infinity in the table: it stays on the float path, as before
+            why = str(exc)
     if required:
         raise RuntimeError(f"retrieval.small_batch_scan = int8, but {why}; set it to auto or float")
     log.info("one query's scans stay in float: %s", why)
