@@ -201,17 +201,22 @@ class Retriever:
 
     def memory_bytes(self) -> int:
         """The bytes of this index's loaded search structures: dense vectors and FAISS index (its vector storage),
-        fact matrix (float32 and float16 copies), the PageRank operator and the passage texts; not the shared query
-        encoder. Memory-mapped matrices count in full (what they occupy once touched). For ``/health``, where
-        several indexes share one process and its RSS says nothing per index."""
+        fact matrix (float32, and the int8 screen's copy or else the float16 one), the PageRank operator and the
+        passage texts; not the shared query encoder. Memory-mapped matrices count in full (what they occupy once
+        touched). For ``/health``, where several indexes share one process and its RSS says nothing per index."""
         arrays: list[Any] = [self.passage_emb]
         total = sum(len(p.text) + len(p.title) for p in self.passages)
         ntotal, dim = getattr(self.dense, "ntotal", 0), getattr(self.dense, "d", 0)
         total += int(ntotal) * int(dim) * 4  # the FAISS index's own copy of the vectors (exact for a flat index)
+        if self._dense_screen is not None:
+            total += self._dense_screen.memory_bytes()
         if self._graph_ready:
             arrays.append(self.fact_scorer.emb)
+            screen = getattr(self.fact_scorer, "screen", None)
             half = getattr(self.fact_scorer, "half", None)
-            if half is not None:
+            if screen is not None:  # the float16 copy stays mapped but unread
+                total += screen.memory_bytes()
+            elif half is not None:
                 arrays.append(half.numpy())
             solver = getattr(self, "solver", None)
             if solver is not None:
