@@ -51,8 +51,9 @@ class RetrievalConfig(StrictModel):
     """Documents per search when the caller names none (``routerag search``, ``/retrieve`` without ``topk``): the
     same default as the policy loop's ``k``. ``top_k`` is its former name, still read."""
     fact_index: Literal["exact", "hnsw", "ivfpq"] = "exact"
-    """How queries are matched to facts: ``exact`` scans every fact (float16 screen, float32 rescore: the exact
-    float32 result); ``hnsw`` or ``ivfpq`` search a FAISS index built when the index is opened, for fact tables too
+    """How queries are matched to facts: ``exact`` scans every fact (a few queries through an int8 or float16 screen
+    and a float32 rescore, see ``small_batch_scan``; a batch through one float32 GEMM, see ``batch_scan``: the exact
+    float32 result either way); ``hnsw`` or ``ivfpq`` search a FAISS index built when the index is opened, for fact tables too
     large to scan (approximate top facts and min-max range; see ``benchmarks/fact_index.py`` for their recall)."""
     query_encoder: Literal["auto", "onnx", "onnx-int8", "torch"] = "auto"
     """How a local embedding model (the embedded MiniLM) encodes queries: ``onnx`` runs it through ONNX Runtime
