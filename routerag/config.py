@@ -53,8 +53,9 @@ class RetrievalConfig(StrictModel):
     fact_index: Literal["exact", "hnsw", "ivfpq"] = "exact"
     """How queries are matched to facts: ``exact`` scans every fact (a few queries through an int8 or float16 screen
     and a float32 rescore, see ``small_batch_scan``; a batch through one float32 GEMM, see ``batch_scan``: the exact
-    float32 result either way); ``hnsw`` or ``ivfpq`` search a FAISS index built when the index is opened, for fact tables too
-    large to scan (approximate top facts and min-max range; see ``benchmarks/fact_index.py`` for their recall)."""
+    float32 result either way); ``hnsw`` or ``ivfpq`` search a FAISS index built when the index is opened, for fact
+    tables too large to scan (approximate top facts and min-max range; see ``benchmarks/fact_index.py`` for their
+    recall)."""
     query_encoder: Literal["auto", "onnx", "onnx-int8", "torch"] = "auto"
     """How a local embedding model (the embedded MiniLM) encodes queries: ``onnx`` runs it through ONNX Runtime
     (exported once from the local folder into the cache directory; vectors equal torch's to cosine > 0.9999, a short
