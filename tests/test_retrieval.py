@@ -182,7 +182,6 @@ def test_a_forked_child_searches_as_its_parent(retriever: Retriever) -> None:
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
-
 def test_memory_counts_the_int8_screen_in_place_of_the_float16_copy(twohop_index, minilm) -> None:
     """/health's per-index memory: with the int8 fact screen the float16 copy is not read, so the screen counts
     instead of it."""
@@ -193,6 +192,7 @@ def test_memory_counts_the_int8_screen_in_place_of_the_float16_copy(twohop_index
     screen, half = screened.fact_scorer.screen, floating.fact_scorer.half
     assert screen is not None and floating.fact_scorer.screen is None
     assert screened.memory_bytes() - floating.memory_bytes() == screen.memory_bytes() - half.numpy().nbytes
+
 
 def rank_of(result, title: str) -> int:
     titles = [d.title for d in result.docs]
