@@ -1,51 +1,24 @@
 """Process-wide runtime settings for processes that serve retrieval (CLI, server, benchmarks).
 
-On a small CPU, the thread pools of the libraries retrieval uses busy-wait between calls and take cores from each
-other (measured on 2 cores: the query encoder went from 16 ms to 60 ms per query against spinning BLAS threads).
-Retrieval therefore gives OpenBLAS one thread (its BLAS work is split over Python threads where it matters), and
-lets GNU OpenMP's workers (torch's) spin only briefly after a parallel region.
+On a small CPU, torch (query encoder, batched PageRank) and numpy's OpenBLAS each keep a pool of threads that
+busy-wait between calls; with both pools at full width they steal each other's cores (measured on 2 cores: the
+query encoder went from 16 ms to 60 ms per query). Retrieval therefore gives OpenBLAS one thread and leaves the
+cores to torch; the single-query fact scan uses FAISS's SIMD kernel, which needs no BLAS thread at all.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
-
-log = logging.getLogger(__name__)
 
 _done = False
 
-OPENMP_SPIN = 3000
-"""GNU OpenMP's spin count (``GOMP_SPINCOUNT``) in processes that serve retrieval: how long an idle OpenMP worker
-busy-waits for the next parallel region before it sleeps. The default, 300,000, kept torch's worker spinning for
-milliseconds after a single query's PageRank, on one of the two cores the next query's ONNX Runtime encoder needed:
-its encoding took 3.3-3.5 ms against 2.6-2.7 with 3,000, and a PopQA search's p50 7.6-7.8 against 6.7-6.9 ms
-(200 questions, processes alternating), the PageRank itself unchanged (3.0 ms). With no spinning at all
-(``OMP_WAIT_POLICY=PASSIVE``) each of the PageRank's products woke its worker anew: 3.5-4.6 ms."""
-
-
-def limit_openmp_spin() -> None:
-    """Set ``GOMP_SPINCOUNT`` to :data:`OPENMP_SPIN` unless the user chose a spin or wait policy. GNU OpenMP reads
-    it once, when torch loads it, so this only takes effect before torch is imported (it is said in the log
-    otherwise)."""
-    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
-        return
-    if "torch" in sys.modules:
-        log.info("torch is already loaded: its OpenMP workers keep their default spin (set GOMP_SPINCOUNT=%d "
-                 "before starting the process for faster single queries)", OPENMP_SPIN)
-        return
-    os.environ["GOMP_SPINCOUNT"] = str(OPENMP_SPIN)
-
 
 def configure_threads(blas_threads: int | None = None) -> None:
-    """Limit BLAS threads (once per process; ``ROUTERAG_BLAS_THREADS`` overrides, 0 leaves BLAS alone) and
-    OpenMP's spinning (:func:`limit_openmp_spin`)."""
+    """Limit BLAS threads (once per process). ``ROUTERAG_BLAS_THREADS`` overrides; 0 leaves BLAS alone."""
     global _done
     if _done:
         return
     _done = True
-    limit_openmp_spin()
     env = os.environ.get("ROUTERAG_BLAS_THREADS")
     n = int(env) if env is not None else (blas_threads if blas_threads is not None else 1)
     if n <= 0:
