@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 _MIN_POINTS_PER_CELL = 39  # FAISS warns below this many training points per IVF centroid
 SCREEN_QUERIES = 8
 """Most queries :func:`search` sends through an int8 screen (a few queries' scans are bound by reading the table;
-more share one float32 GEMM)."""
+more share one float32 GEMM); the fact match uses the same number (``routerag.retrieval.facts.SMALL_BATCH``)."""
 SCREEN_FROM_BYTES = 6 << 20
 """Smallest flat index (its float32 vectors) given an int8 screen: below it FAISS reads the vectors in less than the
 screen's fixed cost of about 0.2 ms. One PopQA query after its encoding, on the first n passage vectors (100
@@ -46,9 +46,10 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *, blas_from: int = 
     FAISS (0.45 against 0.78 ms inside a search).
 
     Why FAISS's BLAS kernel otherwise: FAISS picks between its own kernel and BLAS by a process-wide threshold
-    (``distance_compute_blas_threshold``, 128,000 in faiss-cpu 1.15). On the 7,594-passage flat index, 256 queries took 146 ms through the default choice
-    and 25 ms with the threshold at 20 (BLAS), the same ids, scores within 3e-7; one query stays faster on the
-    default (0.8 against 2.1 ms). The threshold is set only for the call, under a lock, and restored.
+    (``distance_compute_blas_threshold``, 128,000 in faiss-cpu 1.15). On the 7,594-passage flat index, 256 queries
+    took 146 ms through the default choice and 25 ms with the threshold at 20 (BLAS), the same ids, scores within
+    3e-7; one query stays faster on the default (0.8 against 2.1 ms). The threshold is set only for the call, under
+    a lock, and restored.
     """
     if screen is not None and len(queries) <= SCREEN_QUERIES:
         return _padded(*screen(queries, k)[:2], k)

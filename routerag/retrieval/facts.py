@@ -27,10 +27,14 @@ from typing import Literal
 
 import numpy as np
 
+from graph_index.dense import SCREEN_QUERIES
+
 log = logging.getLogger(__name__)
 
-SMALL_BATCH = 8
-"""Up to this many queries, each is screened in float16 and rescored; beyond, one float32 GEMM."""
+SMALL_BATCH = SCREEN_QUERIES
+"""Up to this many queries are screened (all at once in int8, or each in float16) and rescored; beyond, one float32
+GEMM. The same crossover as the dense index's (``graph_index.dense.SCREEN_QUERIES``), so a small search screens
+both tables or neither."""
 _U16 = 2.0**-11
 """Unit roundoff of float16 (rounding to nearest)."""
 _U32 = 2.0**-24
