@@ -26,6 +26,7 @@ from graph_index.embedders.base import Embedder
 from graph_index.graph import FACT, MENTION, SYNONYM, TITLE
 from graph_index.layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, GRAPH, OPENIE,
                                 PASSAGE_EMB, PASSAGES, SYNONYMS)
+from synth_graph import synthetic_graph
 
 DIM = 384
 IDENTITY = "synthetic:random-unit-384"
@@ -75,13 +76,6 @@ def measure_profile(index: Path) -> dict[str, Any]:
     }
 
 
-def _deal(slots: np.ndarray, want: int, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``want`` slot owners: a random subset of ``slots``, or all of them plus random owners in ``[0, n)``."""
-    if len(slots) >= want:
-        return np.sort(slots[rng.choice(len(slots), want, replace=False)])
-    return np.concatenate([slots, rng.integers(0, n, want - len(slots))])
-
-
 def _write_unit_rows(path: Path, rows: int, rng: np.random.Generator, f16: Path | None = None,
                      dense: faiss.Index | None = None) -> None:
     """Random unit float32 rows written chunk by chunk with plain writes, not through a mapping (whose dirty pages
@@ -113,71 +107,21 @@ def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0) -
         timings[name] = round(time.perf_counter() - t0 - sum(timings.values()), 1)
         print(f"  [{n}] {name} {timings[name]} s", flush=True)
 
-    scale = n / prof["passages"]
-    n_ent = max(2, round(prof["entities"] * scale))
-    # mentions: the passages' link slots (an edge each) are filled from the entities' stubs (an entity's stubs are
-    # its passage count, which also counts mentions that get no edge: common nouns weigh 0 by default)
-    entity_passages = rng.choice(np.asarray(prof["passages_per_entity"]), n_ent)
-    stubs = np.repeat(np.arange(n_ent, dtype=np.int64), entity_passages)
-    rng.shuffle(stubs)
-    slots = np.repeat(np.arange(n, dtype=np.int64), rng.choice(np.asarray(prof["links_per_passage"]), n))
-    if len(stubs) < len(slots):
-        stubs = np.concatenate([stubs, rng.integers(0, n_ent, len(slots) - len(stubs))])
-    key = np.unique(slots * n_ent + stubs[: len(slots)])
-    del slots, stubs
-    pe_p, pe_e = key // n_ent, key % n_ent
-    del key
-    per_passage = np.bincount(pe_p, minlength=n)
-    offsets = np.concatenate([[0], np.cumsum(per_passage)])
-    # facts: each joins two entities of its passage
-    n_fact = round(prof["facts"] * scale)
-    fslots = np.repeat(np.arange(n, dtype=np.int64), rng.choice(np.asarray(prof["facts_per_passage"]), n))
-    fslots = fslots[per_passage[fslots] > 0]
-    fact_p = _deal(fslots, n_fact, n, rng)
-    del fslots
-    fact_p = np.sort(fact_p[per_passage[fact_p] > 0])
+    sg = synthetic_graph(n, prof, rng=rng)  # the same generator draws the text lengths and vectors next
+    n_ent, pe_p, pe_e, offsets = sg.n_ent, sg.pe_p, sg.pe_e, sg.offsets
+    entity_passages, fact_p, fs, fo, titled = sg.entity_passages, sg.fact_p, sg.fs, sg.fo, sg.titled
     n_fact = len(fact_p)
-    # subject and object: two different entities of the passage where it has two
-    cnt = per_passage[fact_p]
-    i_s = (rng.random(n_fact) * cnt).astype(np.int64)
-    i_o = np.where(cnt > 1, (i_s + 1 + (rng.random(n_fact) * (cnt - 1)).astype(np.int64)) % cnt, i_s)
-    fs, fo = pe_e[offsets[fact_p] + i_s], pe_e[offsets[fact_p] + i_o]
-    del cnt, i_s, i_o
-    # synonymy: random entity pairs
-    n_syn = round(prof["synonym_edges"] * scale)
-    sa, sb = rng.integers(0, n_ent, n_syn), rng.integers(0, n_ent, n_syn)
+    syn_a, syn_b, syn_w = sg.syn
     lap("sample")
-
-    # edges: passage-entity, then entity-entity (facts and synonyms merged per pair)
-    lo, hi = np.minimum(fs, fo), np.maximum(fs, fo)
-    fkey = (lo * n_ent + hi)[lo != hi]
-    slo, shi = np.minimum(sa, sb), np.maximum(sa, sb)
-    skey = np.unique((slo * n_ent + shi)[slo != shi])
-    del lo, hi, slo, shi, sa, sb
-    allkey = np.concatenate([fkey, skey])
-    is_fact = np.concatenate([np.ones(len(fkey), bool), np.zeros(len(skey), bool)])
-    syn_w = rng.choice(np.asarray(prof["synonym_edge_weights"]), len(skey))
-    w_in = np.concatenate([np.full(len(fkey), 2.0), syn_w])
-    uk, inv = np.unique(allkey, return_inverse=True)
-    del allkey
-    ee_w = np.bincount(inv, weights=w_in, minlength=len(uk))
-    ee_fact = np.bincount(inv, weights=is_fact, minlength=len(uk)) > 0
-    ee_syn = np.bincount(inv, weights=~is_fact, minlength=len(uk)) > 0
-    ee_kinds = np.where(ee_fact, FACT, 0) | np.where(ee_syn, SYNONYM, 0)
-    syn_a, syn_b, syn_w = uk[ee_syn] // n_ent, uk[ee_syn] % n_ent, ee_w[ee_syn]
-    del inv, w_in, is_fact
-    pe_w = rng.choice(np.asarray(prof["passage_edge_weights"]), len(pe_p))
     pe_kinds = np.full(len(pe_p), MENTION, dtype=np.int64)
-    titled = (per_passage > 0) & (rng.random(n) < prof["title_share"])
     pe_kinds[offsets[:-1][titled]] |= TITLE
-    src = np.concatenate([pe_p, n + uk // n_ent])
-    dst = np.concatenate([n + pe_e, n + uk % n_ent])
-    weights = np.concatenate([pe_w, ee_w])
+    ee_kinds = np.where(sg.ee_fact, FACT, 0) | np.where(sg.ee_syn, SYNONYM, 0)
+    src, dst, weights = sg.src, sg.dst, sg.weights
     kinds = np.concatenate([pe_kinds, ee_kinds])
-    counts = {"passages": n, "entities": n_ent, "facts": n_fact, "synonymy_edges": int(len(skey)),
-              "nodes": n + n_ent, "edges": int(len(src)), "fact_edges": int(ee_fact.sum()),
-              "mention_edges": int(len(pe_p)), "title_edges": int(titled.sum()), "synonym_edges": int(ee_syn.sum())}
-    del uk, ee_w, pe_w, ee_kinds, pe_kinds, skey, fkey
+    counts = {"passages": n, "entities": n_ent, "facts": n_fact, "synonymy_edges": sg.n_synonym_pairs,
+              "nodes": n + n_ent, "edges": int(len(src)), "fact_edges": int(sg.ee_fact.sum()),
+              "mention_edges": int(len(pe_p)), "title_edges": int(titled.sum()), "synonym_edges": int(sg.ee_syn.sum())}
+    del sg, ee_kinds, pe_kinds
     lap("edges")
 
     ent_names = [f"ent{j:09d}" for j in range(n_ent)]
