@@ -122,6 +122,23 @@ def test_a_batch_s_chunks_on_single_threaded_workers_give_the_same_scores(monkey
         assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
+def test_device_resident_solve_equals_the_host_path() -> None:
+    """The CUDA path (seeds in, requested rows out, everything else on the device) is plain torch: run on the CPU
+    tensors it must give the host path's scores, for one query, a batch and a restricted set of rows."""
+    g = random_graph(13)
+    rng = np.random.default_rng(13)
+    reset = np.zeros((g.vcount(), 35), dtype=np.float32)  # two full column chunks and a part
+    for j in range(reset.shape[1]):
+        reset[rng.integers(0, g.vcount(), 3), j] = rng.random(3) + 0.1
+    solver = PPRSolver.from_igraph(g, device="cpu")
+    rows = np.arange(0, g.vcount(), 2)
+    host, host_one = solver.solve(reset, rows=rows), solver.solve(reset[:, 4])
+    solver.device = "cuda"  # the resident path; its operator stays where it was built
+    assert np.allclose(solver.solve(reset, rows=rows), host, rtol=0, atol=1e-6)
+    assert np.allclose(solver.solve(reset[:, 4]), host_one, rtol=0, atol=1e-6)
+    assert solver.solve(reset[:, 4]).shape == (g.vcount(),)
+
+
 def test_ppr_input_checks_and_step_count() -> None:
     s = PPRSolver.from_igraph(random_graph(9, 20, 40), device="cpu")
     with pytest.raises(ValueError, match="positive mass"):
