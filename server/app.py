@@ -53,17 +53,18 @@ from .metrics import DISCONNECTED_STATE, ServerMetrics, MetricsMiddleware
 from .protocol import (STREAM_EVENTS, AskRequest, AskResponse, DeleteDocuments, Document, ErrorResponse,
                        HealthResponse, IndexInfo, IndexList, Job, JobAccepted, RetrieveRequest, RetrieveResponse,
                        ScoredDocument, ShardStatus, StatusResponse, request_models)
-from .security import (ACCESS_STATE, OPEN, Access, APIKeyMiddleware, BodyLimitMiddleware, JSONContentTypeMiddleware,
-                       error_response, key_ring)
+from .security import (Access, access_in, declared_media, error_response, flat_routes, install_guards, key_ring,
+                       visible_index)
 from .ui import UI_PATHS, ui_routes
 
 log = logging.getLogger(__name__)
 
 PUBLIC_PATHS = ("/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", *UI_PATHS)
-JSON_PATHS = ("/ask", "/retrieve", "/documents/delete", "/v1/chat/completions")
 UPLOAD_PATH = "/documents"
-NO_ACCESS = Access(frozenset(), False)
-"""A caller without a key on a public path of a server with keys: it may see that the server lives, nothing more."""
+UPLOAD_TYPES = {"application/x-ndjson": "jsonl", "application/jsonl": "jsonl", "application/json": "json",
+                "multipart/form-data": "file"}
+"""The body types ``POST /documents`` declares (and the request guard enforces); ``text/plain``, which a browser
+sends cross-site without asking, is not one."""
 _FASTAPI_BODY_ERROR = "There was an error parsing the body"
 _STATUS_TYPES = {400: "bad_request", 401: "authentication_error", 403: "forbidden", 404: "not_found",
                  405: "method_not_allowed", 409: "conflict", 413: "request_too_large", 415: "unsupported_media_type",
@@ -207,8 +208,11 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
     }
     if keyed:
         errors[401] = {"model": ErrorResponse, "description": "Missing or wrong API key."}
-        errors[403] = {"model": ErrorResponse, "description": "The key may not use (or change) this index."}
-    errors[404] = {"model": ErrorResponse, "description": "No such index (or job, or document)."}
+    errors[403] = {"model": ErrorResponse, "description": "A browser origin not in server.allowed_origins, or a key "
+                                                          "that may read this index but not change it."}
+    errors[404] = {"model": ErrorResponse, "description": "No such index, or none this key may use (or no such job, "
+                                                          "or document)."}
+    errors[421] = {"model": ErrorResponse, "description": "A Host header not in server.allowed_hosts."}
     retrieve_errors = {**errors, 400: {"model": ErrorResponse, "description": "A query the retriever refuses beyond "
                                                                               "what the schema states."}}
 
@@ -250,21 +254,13 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     def access_of(request: Request) -> Access:
         """What the caller's key allows (everything on a server without keys)."""
-        return request.scope.get("state", {}).get(ACCESS_STATE, NO_ACCESS if ring else OPEN)
+        return access_in(request.scope, bool(ring))
 
     def pick(request: Request, name: str | None, *, write: bool = False, route: str = "") -> tuple[str, Engine]:
-        """The index a request names (or the only one served), checked against the caller's key."""
+        """The index a request names (or the only one the key may use), checked against the caller's key: one it
+        may not read is as unknown as one not served."""
         access = access_of(request)
-        if name is None:
-            if len(served) > 1:
-                raise APIError(422, "validation_error", "index: required, this server serves several: "
-                                                        + ", ".join(n for n in served if access.can_read(n)))
-            name = next(iter(served))
-        if name not in served:
-            names = ", ".join(n for n in served if access.can_read(n)) or "none for this key"
-            raise APIError(404, "not_found", f"no index named {name!r} (serving: {names})")
-        if not access.can_read(name):
-            raise APIError(403, "forbidden", f"this key may not use index {name!r}")
+        name = visible_index(access, list(served), name)
         if write and getattr(served[name], "shards", None) is not None:
             raise APIError(409, "conflict", f"index {name!r} is served from shards: add and delete documents on "
                                             "the shard servers")
@@ -479,12 +475,14 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
         200: {"content": {"text/plain": {"schema": {"type": "string"}}},
               "description": "Prometheus text exposition format."},
         **({401: errors[401]} if keyed else {})})
-    async def prometheus_metrics() -> Response:
+    async def prometheus_metrics(request: Request) -> Response:
         """Prometheus metrics: requests by route and status, latency histograms, searches per mode and index,
-        finishes, per-index passages and memory, ingestion jobs."""
-        for name in served:
+        finishes, per-index passages and memory, ingestion jobs; the per-index series only of the indexes this key
+        may read."""
+        access = access_of(request)
+        for name in readable(request):
             index_info(name)
-        return Response(metrics.render(), media_type=metrics.content_type)
+        return Response(metrics.render(access.can_read), media_type=metrics.content_type)
 
     # -- ingestion ----------------------------------------------------------------------------------------------------
 
@@ -509,6 +507,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
     @app.post(UPLOAD_PATH, status_code=202, response_model=JobAccepted, responses=upload_errors, openapi_extra={
         "requestBody": {"required": True, "content": {
             "application/x-ndjson": {"schema": {"type": "string"}},
+            "application/jsonl": {"schema": {"type": "string"}},
             "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
             "multipart/form-data": {"schema": {"type": "object", "properties": {
                 "file": {"type": "string", "format": "binary"}}, "required": ["file"]}}}}})
@@ -520,16 +519,15 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
         from the current one meanwhile."""
         name, _ = pick(request, index, write=True, route=UPLOAD_PATH)
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if media == "multipart/form-data":
-            body, kind = await _uploaded_file(request)
-        elif media in ("application/x-ndjson", "application/jsonl", "application/jsonlines", "text/plain"):
-            body, kind = await request.body(), "jsonl"
-        elif media == "application/json":
-            body, kind = await request.body(), "json"
-        else:
+        kind = UPLOAD_TYPES.get(media)
+        if kind is None:  # (the request guard refuses these before the body is read)
             raise APIError(415, "unsupported_media_type",
                            f"Content-Type {media or '(none)'!r}: send JSONL (application/x-ndjson), a JSON array "
                            "(application/json) or a file (multipart/form-data, field 'file')")
+        if kind == "file":
+            body, kind = await _uploaded_file(request)
+        else:
+            body = await request.body()
         if not body.strip():
             raise APIError(422, "invalid_document", "the body holds no passages")
         return await accept(jobs.submit_add(name, body, kind))
@@ -568,17 +566,14 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
                                    ask_model=ask_model, errors=errors, timeout_s=timeout_s))
     app.include_router(ui_routes(pick=pick, settings=settings, errors=errors))  # GET /ui, POST /explain
 
-    # -- guards, outermost last: metrics see every response, auth runs before the body is read, the content type is
-    #    checked on the buffered body (so a refused client still reads its 415 rather than a reset) -------------------
+    # -- guards (server/security.py): Host and Origin, the key, the body limit, the content type; metrics outermost,
+    #    so they see every response -------------------------------------------------------------------------------------
 
-    app.add_middleware(JSONContentTypeMiddleware, paths=JSON_PATHS)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes,
-                       per_path={UPLOAD_PATH: (cfg.max_upload_bytes, "server.max_upload_bytes")})
-    if ring:
-        app.add_middleware(APIKeyMiddleware, keys=ring, public_paths=PUBLIC_PATHS)
+    install_guards(app, cfg, ring, media=declared_media(lambda: app.routes), public_paths=PUBLIC_PATHS,
+                   body_limits={UPLOAD_PATH: (cfg.max_upload_bytes, "server.max_upload_bytes")})
     _customise_openapi(app, with_auth=bool(ring))
     app.add_middleware(MetricsMiddleware, metrics=metrics,
-                       paths=lambda: [getattr(r, "path", "") for r in app.routes])
+                       paths=lambda: [getattr(r, "path", "") for r in flat_routes(app.routes)])
     return app
 
 
