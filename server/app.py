@@ -46,6 +46,7 @@ from routerag.policy.types import Summary
 from routerag.retrieval import QueryError, RetrievalResult
 
 from .admission import Gate, Overloaded, Slot, ask_limits, retrieve_limits
+from .cancellation import ShutdownGuard, client_left, until_disconnect
 from .chat import chat_routes
 from .errors import APIError
 from .jobs import JobError, JobRunner, Target
@@ -110,13 +111,6 @@ def _validation_message(exc: RequestValidationError) -> str:
         loc = [str(p) for p in err.get("loc", ()) if p != "body"]
         parts.append(f"{'.'.join(loc) or 'request body'}: {err.get('msg', 'invalid')}")
     return "; ".join(parts) or "invalid request"
-
-
-async def _wait_disconnect(request: Request) -> None:
-    """Return when the client disconnects. The body has been read by then, so the next ASGI message is the
-    disconnect (the body-limit middleware hands later ``receive`` calls to the client)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 def served_name(engine: Engine) -> str:
@@ -229,7 +223,10 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400 and exc.detail == _FASTAPI_BODY_ERROR:
-            # FastAPI's answer to a body it cannot decode (not UTF-8): malformed JSON like any other, so a 422
+            # FastAPI's answer to a body it cannot decode: malformed JSON like any other, so a 422, saying why
+            if isinstance(exc.__cause__, RecursionError):
+                return error_response(422, "validation_error", "request body is nested too deeply: the JSON parser "
+                                                               "gave up (no request needs more than a few levels)")
             return error_response(422, "validation_error", "request body is not valid JSON (it must be UTF-8)")
         return error_response(exc.status_code, _STATUS_TYPES.get(exc.status_code, "http_error"), str(exc.detail),
                               dict(exc.headers) if exc.headers else None)
@@ -295,20 +292,19 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
         metrics.finish.labels(summary.finish, name).inc()
         return summary
 
-    async def until_disconnect(request: Request, work: Any) -> Any:
-        """Await ``work``, or cancel it and return None as soon as the client disconnects: an abandoned question
-        should not keep the model busy (streamed answers get the same from their response's disconnect watch)."""
-        task = asyncio.ensure_future(work)
-        watch = asyncio.ensure_future(_wait_disconnect(request))
-        try:
-            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                return task.result()
-            return None
-        finally:
-            for t in (task, watch):
-                if not t.done():
-                    t.cancel()
+    async def answer(request: Request, req: AskRequest, target: tuple[str, Engine], route: str) -> Summary | Response:
+        """A non-streamed policy run (``/ask``, ``/v1/chat/completions``): admitted, run, and cancelled (its slot
+        freed, a 499 answered) as soon as its client leaves, waiting or running. (Streamed answers get the same from
+        their response's disconnect watch.)"""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        slot = await until_disconnect(request, admit("/ask", deadline))
+        if slot is None:
+            return client_left(request, route)
+        summary = await until_disconnect(request, run_ask(req, slot, deadline, target=target))
+        if summary is None:
+            slot.release()
+            return client_left(request, route)
+        return summary
 
     def _mapped(route: str, exc: Exception) -> Exception:
         """An engine exception as the APIError the client should see (others stay internal errors)."""
@@ -384,27 +380,21 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
         """Answer a question with the routing policy: it reasons, searches (passage, graph or both) and answers."""
         t0 = time.perf_counter()
         target = pick(request, req.index, route="/ask")
+        if not req.stream:
+            summary = await answer(request, req, target, "/ask")
+            if isinstance(summary, Response):
+                return summary
+            # serialised once here: FastAPI would validate the model again against response_model before dumping it
+            return Response(AskResponse.from_summary(summary, (time.perf_counter() - t0) * 1000).model_dump_json(),
+                            media_type="application/json")
         deadline = asyncio.get_running_loop().time() + timeout_s
         slot = await until_disconnect(request, admit("/ask", deadline))
         if slot is None:
-            return client_left()
-        if req.stream:
-            ended = {"yes": False}
-            return EventSourceResponse(stream_events(req, t0, slot, deadline, ended, target),
-                                       client_close_handler_callable=stream_disconnect_handler(request, ended),
-                                       background=BackgroundTask(slot.release))
-        summary = await until_disconnect(request, run_ask(req, slot, deadline, target=target))
-        if summary is None:
-            slot.release()
-            return client_left()
-        # serialised once here: FastAPI would validate the model again against response_model before dumping it
-        return Response(AskResponse.from_summary(summary, (time.perf_counter() - t0) * 1000).model_dump_json(),
-                        media_type="application/json")
-
-    def client_left() -> Response:
-        """The client left before its answer: nobody reads this, but the logs and metrics see nginx's 499."""
-        metrics.errors.labels("/ask", "client_disconnected").inc()
-        return error_response(499, "client_disconnected", "the client closed the connection before the answer")
+            return client_left(request, "/ask")
+        ended = {"yes": False}
+        return EventSourceResponse(stream_events(req, t0, slot, deadline, ended, target),
+                                   client_close_handler_callable=stream_disconnect_handler(request, ended),
+                                   background=BackgroundTask(slot.release))
 
     @app.post("/retrieve", response_model=RetrieveResponse, responses=retrieve_errors)
     async def retrieve(req: retrieve_model, request: Request) -> Response:  # type: ignore[valid-type]
@@ -562,7 +552,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     # -- OpenAI-compatible chat ---------------------------------------------------------------------------------------
 
-    app.include_router(chat_routes(pick=pick, readable=readable, admit=admit, run_ask=run_ask,
+    app.include_router(chat_routes(pick=pick, readable=readable, admit=admit, run_ask=run_ask, answer=answer,
                                    ask_model=ask_model, errors=errors, timeout_s=timeout_s))
     app.include_router(ui_routes(pick=pick, settings=settings, errors=errors))  # GET /ui, POST /explain
 
@@ -574,6 +564,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
     _customise_openapi(app, with_auth=bool(ring))
     app.add_middleware(MetricsMiddleware, metrics=metrics,
                        paths=lambda: [getattr(r, "path", "") for r in flat_routes(app.routes)])
+    app.add_middleware(ShutdownGuard)
     return app
 
 

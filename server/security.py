@@ -225,9 +225,9 @@ def declared_media(routes: Callable[[], Sequence[Any]]) -> MediaLookup:
     return lookup
 
 
-def fixed_media(paths: Mapping[str, Sequence[str]]) -> MediaLookup:
-    """The media types of an app that is not a FastAPI app (the MCP transport), by path."""
-    return lambda scope: paths.get(scope.get("path", ""))
+def fixed_media(routes: Mapping[tuple[str, str], Sequence[str]]) -> MediaLookup:
+    """The media types of an app that is not a FastAPI app (the MCP transport), by method and path."""
+    return lambda scope: routes.get((scope.get("method", ""), scope.get("path", "")))
 
 
 class ContentTypeGuard:
