@@ -18,7 +18,6 @@ import time
 from importlib import resources
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import httpx
