@@ -31,6 +31,7 @@ from routerag.engine import Engine
 from routerag.retrieval import QueryError
 from routerag.vocabulary import Mode
 
+from .cancellation import ShutdownGuard
 from .errors import APIError
 from .protocol import AskResponse, request_models
 from .security import JSON, OPEN, access_in, fixed_media, install_guards, key_ring, visible_index
@@ -134,6 +135,7 @@ def mcp_http_app(srv: MCPServer, settings: Settings, served: Iterable[str]) -> A
     app = srv.streamable_http_app(streamable_http_path=MCP_PATH, host=cfg.host,
                                   transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
     install_guards(app, cfg, key_ring(cfg, served), media=fixed_media({("POST", MCP_PATH): JSON}))
+    app.add_middleware(ShutdownGuard)
     return app
 
 
