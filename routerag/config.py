@@ -360,7 +360,7 @@ class ServerConfig(StrictModel):
     """The REST server (``routerag serve``): where it listens, who may call it, and how much one request may ask.
 
     ``api_key`` (also ``ROUTERAG_SERVER__API_KEY``) makes every route but ``/health`` and the docs (``/docs``,
-    ``/redoc``, ``/openapi.json``) require ``Authorization: Bearer <key>``; unset or empty, the server is open unless
+    ``/redoc``, ``/openapi.json``) require ``Authorization: Bearer <key>``; unset, the server is open unless
     an ``admin_key`` or ``index_keys`` are set. Who may do what:
 
     * ``api_key``: every index; writes too unless an ``admin_key`` is set;
