@@ -15,7 +15,10 @@ ever a genuine internal error.
 
 Auth (``server.api_key``, ``server.admin_key``, ``server.index_keys``; :func:`server.security.key_ring`): every
 route needs ``Authorization: Bearer <key>`` except ``/health``, the docs (``/docs``, ``/redoc``, ``/openapi.json``)
-and the ``/ui`` page's static files, which stay public; the routes check the key's access per index.
+and the ``/ui`` page's static files, which stay public; the routes check the key's access per index (an index the
+key may not read is a 404, as an unknown one). Before the key, every request passes the Host and Origin allow-lists
+(``server.allowed_hosts``, ``server.allowed_origins``), and a state-changing one the content types its route
+declares: :func:`server.security.install_guards`, which the MCP transport installs too (docs/security.md).
 
 Load (``server.max_inflight`` and friends): ``/ask`` and ``/retrieve`` each pass an admission gate
 (:mod:`server.admission`) that bounds the requests running and waiting; beyond it, or when a queued request could not
