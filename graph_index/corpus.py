@@ -272,7 +272,7 @@ def _jsonl_records(path: Path) -> Iterator[_Raw]:
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
-                yield _Raw(where, CorpusError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})",
+                yield _Raw(where, CorpusError(f"{where}: invalid JSON ({_json_message(exc)} at column {exc.colno})",
                                               "invalid_json"))
                 continue
             yield _Raw(where, value)
@@ -350,6 +350,10 @@ def _json_object_records(path: Path, text: str) -> Iterator[_Raw]:
         raise CorpusError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})", "invalid_json") from None
     if not isinstance(obj, dict):
         raise CorpusError(f"{path}:1: expected an object of title -> sentences", "not_an_object")
+    if _looks_like_one_record(obj):
+        raise CorpusError(f"{path}:1: one passage object ({', '.join(map(repr, obj))}), not HotpotQA's "
+                          "{title: sentences} layout: send passages as a JSON list ([{...}, ...]) or as JSONL, one "
+                          "object per line", "not_a_list")
     for title, body in obj.items():
         where = f"{path}: key {title!r}"
         if isinstance(body, list) and all(isinstance(s, str) for s in body):
@@ -358,6 +362,21 @@ def _json_object_records(path: Path, text: str) -> Iterator[_Raw]:
             yield _Raw(where, {"title": title, "text": body})
         else:
             yield _Raw(where, CorpusError(f"{where}: expected a list of sentences or a string", "not_an_object"))
+
+
+RECORD_FIELDS = frozenset({"id", "title", "text", "contents"})
+
+
+def _looks_like_one_record(obj: dict[str, Any]) -> bool:
+    """A lone passage record (``{"title": "a", "text": "b"}``), which read as HotpotQA's layout would become one
+    passage per field: only record fields, with a text among them."""
+    return bool(obj) and set(obj) <= RECORD_FIELDS and bool({"text", "contents"} & set(obj))
+
+
+def _json_message(exc: json.JSONDecodeError) -> str:
+    """The decoder's message without its dangling "at" (``Invalid control character at``), since the caller says
+    where."""
+    return exc.msg.removesuffix(" at")
 
 
 def _to_passage(raw: _Raw) -> Passage:

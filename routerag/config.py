@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from graph_index.config import BuildConfig, SettingsError, StrictModel, accepted_keys, closest_name, section_of
@@ -348,17 +348,28 @@ class IndexKey(StrictModel):
     indexes: list[str] = Field(min_length=1)
     """The index names this key may query (and, without an ``admin_key``, add documents to and delete from)."""
 
+    @field_validator("key")
+    @classmethod
+    def _not_empty(cls, key: SecretStr) -> SecretStr:
+        if not key.get_secret_value().strip():
+            raise ValueError("an index key may not be empty or blank")
+        return key
+
 
 class ServerConfig(StrictModel):
     """The REST server (``routerag serve``): where it listens, who may call it, and how much one request may ask.
 
     ``api_key`` (also ``ROUTERAG_SERVER__API_KEY``) makes every route but ``/health`` and the docs (``/docs``,
-    ``/redoc``, ``/openapi.json``) require ``Authorization: Bearer <key>``; unset or empty, the server is open unless
+    ``/redoc``, ``/openapi.json``) require ``Authorization: Bearer <key>``; unset, the server is open unless
     an ``admin_key`` or ``index_keys`` are set. Who may do what:
 
     * ``api_key``: every index; writes too unless an ``admin_key`` is set;
     * ``index_keys``: each key only its indexes (reads; writes too unless an ``admin_key`` is set);
-    * ``admin_key``: every index, and the only key that may write (``POST`` and ``DELETE /documents``) once set."""
+    * ``admin_key``: every index, and the only key that may write (``POST`` and ``DELETE /documents``) once set.
+
+    Each key has one role: a key set twice (``api_key`` equal to ``admin_key``, an ``index_keys`` key equal to
+    another key) or an empty key (``api_key = ""``, ``ROUTERAG_SERVER__API_KEY=``) is a start-up error, never a
+    silent widening or an auth switched off. docs/security.md has the whole model."""
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -366,6 +377,15 @@ class ServerConfig(StrictModel):
     admin_key: SecretStr | None = None
     """Set: adding and deleting documents need this key, and the other keys may only read."""
     index_keys: list[IndexKey] = Field(default_factory=list)
+    allowed_hosts: list[str] | None = None
+    """``Host`` header names (no port) the server answers; any other is refused with 421, which stops DNS
+    rebinding. ``["*"]``: any. None: the loopback names (``localhost``, ``127.0.0.1``, ``::1``) when ``host`` is a
+    loopback address, any name when it is a wildcard (``0.0.0.0``, ``::``), else ``host`` itself."""
+    allowed_origins: list[str] | None = None
+    """Browser origins (``scheme://host[:port]``) allowed to send a ``POST``, ``PUT``, ``PATCH`` or ``DELETE``;
+    another ``Origin`` is refused with 403. The server's own origin (the ``/ui`` page) is always allowed and a
+    request without ``Origin`` (curl, SDKs) is not a browser's. ``["*"]``: any. None: origins whose host is one of
+    ``allowed_hosts`` (none more when those are any)."""
     max_body_bytes: int = Field(65536, ge=256)
     """Larger request bodies get 413 before they are parsed (chunked bodies are counted as they arrive)."""
     max_upload_bytes: int = Field(64 << 20, ge=256)
@@ -398,6 +418,35 @@ class ServerConfig(StrictModel):
     """``/retrieve`` requests waiting for a slot; None: 16 × the in-flight bound (searches take milliseconds)."""
     retrieve_mode: Mode | None = None
     """``/retrieve``'s mode when a request names none; None: ``retrieval.mode``."""
+
+    @field_validator("api_key", "admin_key")
+    @classmethod
+    def _key_not_empty(cls, key: SecretStr | None) -> SecretStr | None:
+        # an empty key would switch auth off (an unset shell variable: ROUTERAG_SERVER__API_KEY=): refuse it
+        if key is not None and not key.get_secret_value().strip():
+            raise ValueError("empty, which would turn this key's auth off: set a key, or leave the setting out "
+                             "(an unset shell variable in ROUTERAG_SERVER__API_KEY=$KEY is empty)")
+        return key
+
+    @model_validator(mode="after")
+    def _one_role_per_key(self) -> ServerConfig:
+        """A key given to two roles would take the wider one (the key ring is a lookup by key): refuse it, naming
+        both settings and never the key."""
+        seen: dict[str, str] = {}
+        named = [("server.api_key", self.api_key), ("server.admin_key", self.admin_key)]
+        named += [(f"server.index_keys[{n}].key", e.key) for n, e in enumerate(self.index_keys)]
+        for setting, key in named:
+            if key is None:
+                continue
+            value = key.get_secret_value()
+            if value in seen:
+                raise ValueError(f"{setting} is the same key as {seen[value]}: a key has one role, give each its "
+                                 "own key")
+            seen[value] = setting
+        for name, hosts in (("allowed_hosts", self.allowed_hosts), ("allowed_origins", self.allowed_origins)):
+            if hosts is not None and any(not h.strip() for h in hosts):
+                raise ValueError(f"server.{name}: an entry is empty")
+        return self
 
 
 class Settings(BuildConfig, BaseSettings):

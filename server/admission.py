@@ -65,6 +65,8 @@ class MovingAverage:
 class Limits:
     max_inflight: int
     max_queue: int
+    settings: tuple[str, str] = ("server.max_inflight", "server.max_queue")
+    """The settings that set the two bounds, named by a refusal so the operator knows which to raise."""
 
 
 class Slot:
@@ -93,6 +95,7 @@ class Gate:
         self.route = route
         self.max_inflight = limits.max_inflight
         self.max_queue = limits.max_queue
+        self.settings = limits.settings
         self.inflight = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
         self.service = MovingAverage()
@@ -126,7 +129,7 @@ class Gate:
             return Slot(self)
         if len(self.waiters) >= self.max_queue:
             self._refuse("queue_full", f"{self.inflight} requests in flight and {len(self.waiters)} queued (the "
-                                       "limits server.max_inflight and server.max_queue); retry later")
+                                       f"limits {self.settings[0]} and {self.settings[1]}); retry later")
         s = self.planned_service_s()
         if loop.time() + self.expected_wait_s(len(self.waiters)) + s > deadline:
             self._refuse("deadline", self._late_message())
@@ -237,4 +240,4 @@ def retrieve_limits(settings: Settings) -> Limits:
     cfg = settings.server
     inflight = cfg.retrieve_max_inflight or max(2, usable_cpus())
     queue = cfg.retrieve_max_queue if cfg.retrieve_max_queue is not None else 16 * inflight
-    return Limits(inflight, queue)
+    return Limits(inflight, queue, ("server.retrieve_max_inflight", "server.retrieve_max_queue"))

@@ -15,7 +15,10 @@ ever a genuine internal error.
 
 Auth (``server.api_key``, ``server.admin_key``, ``server.index_keys``; :func:`server.security.key_ring`): every
 route needs ``Authorization: Bearer <key>`` except ``/health``, the docs (``/docs``, ``/redoc``, ``/openapi.json``)
-and the ``/ui`` page's static files, which stay public; the routes check the key's access per index.
+and the ``/ui`` page's static files, which stay public; the routes check the key's access per index (an index the
+key may not read is a 404, as an unknown one). Before the key, every request passes the Host and Origin allow-lists
+(``server.allowed_hosts``, ``server.allowed_origins``), and a state-changing one the content types its route
+declares: :func:`server.security.install_guards`, which the MCP transport installs too (docs/security.md).
 
 Load (``server.max_inflight`` and friends): ``/ask`` and ``/retrieve`` each pass an admission gate
 (:mod:`server.admission`) that bounds the requests running and waiting; beyond it, or when a queued request could not
@@ -46,6 +49,7 @@ from routerag.policy.types import Summary
 from routerag.retrieval import QueryError, RetrievalResult
 
 from .admission import Gate, Overloaded, Slot, ask_limits, retrieve_limits
+from .cancellation import ShutdownGuard, client_left, until_disconnect
 from .chat import chat_routes
 from .errors import APIError
 from .jobs import JobError, JobRunner, Target
@@ -53,17 +57,18 @@ from .metrics import DISCONNECTED_STATE, ServerMetrics, MetricsMiddleware
 from .protocol import (STREAM_EVENTS, AskRequest, AskResponse, DeleteDocuments, Document, ErrorResponse,
                        HealthResponse, IndexInfo, IndexList, Job, JobAccepted, RetrieveRequest, RetrieveResponse,
                        ScoredDocument, ShardStatus, StatusResponse, request_models)
-from .security import (ACCESS_STATE, OPEN, Access, APIKeyMiddleware, BodyLimitMiddleware, JSONContentTypeMiddleware,
-                       error_response, key_ring)
+from .security import (Access, access_in, declared_media, error_response, flat_routes, install_guards, key_ring,
+                       visible_index)
 from .ui import UI_PATHS, ui_routes
 
 log = logging.getLogger(__name__)
 
 PUBLIC_PATHS = ("/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", *UI_PATHS)
-JSON_PATHS = ("/ask", "/retrieve", "/documents/delete", "/v1/chat/completions")
 UPLOAD_PATH = "/documents"
-NO_ACCESS = Access(frozenset(), False)
-"""A caller without a key on a public path of a server with keys: it may see that the server lives, nothing more."""
+UPLOAD_TYPES = {"application/x-ndjson": "jsonl", "application/jsonl": "jsonl", "application/json": "json",
+                "multipart/form-data": "file"}
+"""The body types ``POST /documents`` declares (and the request guard enforces); ``text/plain``, which a browser
+sends cross-site without asking, is not one."""
 _FASTAPI_BODY_ERROR = "There was an error parsing the body"
 _STATUS_TYPES = {400: "bad_request", 401: "authentication_error", 403: "forbidden", 404: "not_found",
                  405: "method_not_allowed", 409: "conflict", 413: "request_too_large", 415: "unsupported_media_type",
@@ -109,13 +114,6 @@ def _validation_message(exc: RequestValidationError) -> str:
         loc = [str(p) for p in err.get("loc", ()) if p != "body"]
         parts.append(f"{'.'.join(loc) or 'request body'}: {err.get('msg', 'invalid')}")
     return "; ".join(parts) or "invalid request"
-
-
-async def _wait_disconnect(request: Request) -> None:
-    """Return when the client disconnects. The body has been read by then, so the next ASGI message is the
-    disconnect (the body-limit middleware hands later ``receive`` calls to the client)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 def served_name(engine: Engine) -> str:
@@ -207,8 +205,11 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
     }
     if keyed:
         errors[401] = {"model": ErrorResponse, "description": "Missing or wrong API key."}
-        errors[403] = {"model": ErrorResponse, "description": "The key may not use (or change) this index."}
-    errors[404] = {"model": ErrorResponse, "description": "No such index (or job, or document)."}
+    errors[403] = {"model": ErrorResponse, "description": "A browser origin not in server.allowed_origins, or a key "
+                                                          "that may read this index but not change it."}
+    errors[404] = {"model": ErrorResponse, "description": "No such index, or none this key may use (or no such job, "
+                                                          "or document)."}
+    errors[421] = {"model": ErrorResponse, "description": "A Host header not in server.allowed_hosts."}
     retrieve_errors = {**errors, 400: {"model": ErrorResponse, "description": "A query the retriever refuses beyond "
                                                                               "what the schema states."}}
 
@@ -225,7 +226,10 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400 and exc.detail == _FASTAPI_BODY_ERROR:
-            # FastAPI's answer to a body it cannot decode (not UTF-8): malformed JSON like any other, so a 422
+            # FastAPI's answer to a body it cannot decode: malformed JSON like any other, so a 422, saying why
+            if isinstance(exc.__cause__, RecursionError):
+                return error_response(422, "validation_error", "request body is nested too deeply: the JSON parser "
+                                                               "gave up (no request needs more than a few levels)")
             return error_response(422, "validation_error", "request body is not valid JSON (it must be UTF-8)")
         return error_response(exc.status_code, _STATUS_TYPES.get(exc.status_code, "http_error"), str(exc.detail),
                               dict(exc.headers) if exc.headers else None)
@@ -250,21 +254,13 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     def access_of(request: Request) -> Access:
         """What the caller's key allows (everything on a server without keys)."""
-        return request.scope.get("state", {}).get(ACCESS_STATE, NO_ACCESS if ring else OPEN)
+        return access_in(request.scope, bool(ring))
 
     def pick(request: Request, name: str | None, *, write: bool = False, route: str = "") -> tuple[str, Engine]:
-        """The index a request names (or the only one served), checked against the caller's key."""
+        """The index a request names (or the only one the key may use), checked against the caller's key: one it
+        may not read is as unknown as one not served."""
         access = access_of(request)
-        if name is None:
-            if len(served) > 1:
-                raise APIError(422, "validation_error", "index: required, this server serves several: "
-                                                        + ", ".join(n for n in served if access.can_read(n)))
-            name = next(iter(served))
-        if name not in served:
-            names = ", ".join(n for n in served if access.can_read(n)) or "none for this key"
-            raise APIError(404, "not_found", f"no index named {name!r} (serving: {names})")
-        if not access.can_read(name):
-            raise APIError(403, "forbidden", f"this key may not use index {name!r}")
+        name = visible_index(access, list(served), name)
         if write and getattr(served[name], "shards", None) is not None:
             raise APIError(409, "conflict", f"index {name!r} is served from shards: add and delete documents on "
                                             "the shard servers")
@@ -299,20 +295,19 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
         metrics.finish.labels(summary.finish, name).inc()
         return summary
 
-    async def until_disconnect(request: Request, work: Any) -> Any:
-        """Await ``work``, or cancel it and return None as soon as the client disconnects: an abandoned question
-        should not keep the model busy (streamed answers get the same from their response's disconnect watch)."""
-        task = asyncio.ensure_future(work)
-        watch = asyncio.ensure_future(_wait_disconnect(request))
-        try:
-            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                return task.result()
-            return None
-        finally:
-            for t in (task, watch):
-                if not t.done():
-                    t.cancel()
+    async def answer(request: Request, req: AskRequest, target: tuple[str, Engine], route: str) -> Summary | Response:
+        """A non-streamed policy run (``/ask``, ``/v1/chat/completions``): admitted, run, and cancelled (its slot
+        freed, a 499 answered) as soon as its client leaves, waiting or running. (Streamed answers get the same from
+        their response's disconnect watch.)"""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        slot = await until_disconnect(request, admit("/ask", deadline))
+        if slot is None:
+            return client_left(request, route)
+        summary = await until_disconnect(request, run_ask(req, slot, deadline, target=target))
+        if summary is None:
+            slot.release()
+            return client_left(request, route)
+        return summary
 
     def _mapped(route: str, exc: Exception) -> Exception:
         """An engine exception as the APIError the client should see (others stay internal errors)."""
@@ -388,27 +383,21 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
         """Answer a question with the routing policy: it reasons, searches (passage, graph or both) and answers."""
         t0 = time.perf_counter()
         target = pick(request, req.index, route="/ask")
+        if not req.stream:
+            summary = await answer(request, req, target, "/ask")
+            if isinstance(summary, Response):
+                return summary
+            # serialised once here: FastAPI would validate the model again against response_model before dumping it
+            return Response(AskResponse.from_summary(summary, (time.perf_counter() - t0) * 1000).model_dump_json(),
+                            media_type="application/json")
         deadline = asyncio.get_running_loop().time() + timeout_s
         slot = await until_disconnect(request, admit("/ask", deadline))
         if slot is None:
-            return client_left()
-        if req.stream:
-            ended = {"yes": False}
-            return EventSourceResponse(stream_events(req, t0, slot, deadline, ended, target),
-                                       client_close_handler_callable=stream_disconnect_handler(request, ended),
-                                       background=BackgroundTask(slot.release))
-        summary = await until_disconnect(request, run_ask(req, slot, deadline, target=target))
-        if summary is None:
-            slot.release()
-            return client_left()
-        # serialised once here: FastAPI would validate the model again against response_model before dumping it
-        return Response(AskResponse.from_summary(summary, (time.perf_counter() - t0) * 1000).model_dump_json(),
-                        media_type="application/json")
-
-    def client_left() -> Response:
-        """The client left before its answer: nobody reads this, but the logs and metrics see nginx's 499."""
-        metrics.errors.labels("/ask", "client_disconnected").inc()
-        return error_response(499, "client_disconnected", "the client closed the connection before the answer")
+            return client_left(request, "/ask")
+        ended = {"yes": False}
+        return EventSourceResponse(stream_events(req, t0, slot, deadline, ended, target),
+                                   client_close_handler_callable=stream_disconnect_handler(request, ended),
+                                   background=BackgroundTask(slot.release))
 
     @app.post("/retrieve", response_model=RetrieveResponse, responses=retrieve_errors)
     async def retrieve(req: retrieve_model, request: Request) -> Response:  # type: ignore[valid-type]
@@ -479,12 +468,14 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
         200: {"content": {"text/plain": {"schema": {"type": "string"}}},
               "description": "Prometheus text exposition format."},
         **({401: errors[401]} if keyed else {})})
-    async def prometheus_metrics() -> Response:
+    async def prometheus_metrics(request: Request) -> Response:
         """Prometheus metrics: requests by route and status, latency histograms, searches per mode and index,
-        finishes, per-index passages and memory, ingestion jobs."""
-        for name in served:
+        finishes, per-index passages and memory, ingestion jobs; the per-index series only of the indexes this key
+        may read."""
+        access = access_of(request)
+        for name in readable(request):
             index_info(name)
-        return Response(metrics.render(), media_type=metrics.content_type)
+        return Response(metrics.render(access.can_read), media_type=metrics.content_type)
 
     # -- ingestion ----------------------------------------------------------------------------------------------------
 
@@ -509,6 +500,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
     @app.post(UPLOAD_PATH, status_code=202, response_model=JobAccepted, responses=upload_errors, openapi_extra={
         "requestBody": {"required": True, "content": {
             "application/x-ndjson": {"schema": {"type": "string"}},
+            "application/jsonl": {"schema": {"type": "string"}},
             "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
             "multipart/form-data": {"schema": {"type": "object", "properties": {
                 "file": {"type": "string", "format": "binary"}}, "required": ["file"]}}}}})
@@ -520,16 +512,15 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
         from the current one meanwhile."""
         name, _ = pick(request, index, write=True, route=UPLOAD_PATH)
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if media == "multipart/form-data":
-            body, kind = await _uploaded_file(request)
-        elif media in ("application/x-ndjson", "application/jsonl", "application/jsonlines", "text/plain"):
-            body, kind = await request.body(), "jsonl"
-        elif media == "application/json":
-            body, kind = await request.body(), "json"
-        else:
+        kind = UPLOAD_TYPES.get(media)
+        if kind is None:  # (the request guard refuses these before the body is read)
             raise APIError(415, "unsupported_media_type",
                            f"Content-Type {media or '(none)'!r}: send JSONL (application/x-ndjson), a JSON array "
                            "(application/json) or a file (multipart/form-data, field 'file')")
+        if kind == "file":
+            body, kind = await _uploaded_file(request)
+        else:
+            body = await request.body()
         if not body.strip():
             raise APIError(422, "invalid_document", "the body holds no passages")
         return await accept(jobs.submit_add(name, body, kind))
@@ -564,21 +555,19 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     # -- OpenAI-compatible chat ---------------------------------------------------------------------------------------
 
-    app.include_router(chat_routes(pick=pick, readable=readable, admit=admit, run_ask=run_ask,
+    app.include_router(chat_routes(pick=pick, readable=readable, admit=admit, run_ask=run_ask, answer=answer,
                                    ask_model=ask_model, errors=errors, timeout_s=timeout_s))
     app.include_router(ui_routes(pick=pick, settings=settings, errors=errors))  # GET /ui, POST /explain
 
-    # -- guards, outermost last: metrics see every response, auth runs before the body is read, the content type is
-    #    checked on the buffered body (so a refused client still reads its 415 rather than a reset) -------------------
+    # -- guards (server/security.py): Host and Origin, the key, the body limit, the content type; metrics outermost,
+    #    so they see every response -------------------------------------------------------------------------------------
 
-    app.add_middleware(JSONContentTypeMiddleware, paths=JSON_PATHS)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes,
-                       per_path={UPLOAD_PATH: (cfg.max_upload_bytes, "server.max_upload_bytes")})
-    if ring:
-        app.add_middleware(APIKeyMiddleware, keys=ring, public_paths=PUBLIC_PATHS)
+    install_guards(app, cfg, ring, media=declared_media(lambda: app.routes), public_paths=PUBLIC_PATHS,
+                   body_limits={UPLOAD_PATH: (cfg.max_upload_bytes, "server.max_upload_bytes")})
     _customise_openapi(app, with_auth=bool(ring))
     app.add_middleware(MetricsMiddleware, metrics=metrics,
-                       paths=lambda: [getattr(r, "path", "") for r in app.routes])
+                       paths=lambda: [getattr(r, "path", "") for r in flat_routes(app.routes)])
+    app.add_middleware(ShutdownGuard)
     return app
 
 

@@ -59,7 +59,7 @@ def reasoning_line(event: dict[str, Any]) -> str | None:
 
 
 def chat_routes(*, pick: Callable[..., tuple[str, Any]], readable: Callable[[Request], list[str]],
-                admit: Callable[..., Any], run_ask: Callable[..., Any], ask_model: type,
+                admit: Callable[..., Any], run_ask: Callable[..., Any], answer: Callable[..., Any], ask_model: type,
                 errors: dict[int | str, dict[str, Any]], timeout_s: float) -> APIRouter:
     router = APIRouter()
 
@@ -90,13 +90,15 @@ def chat_routes(*, pick: Callable[..., tuple[str, Any]], readable: Callable[[Req
         except ValidationError as exc:
             detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'question'}: {e['msg']}" for e in exc.errors())
             raise APIError(422, "validation_error", f"the last user message as a question: {detail}") from None
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        slot = await admit("/ask", deadline)
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        if not body.stream:
-            summary = await run_ask(ask, slot, deadline, target=target)
+        if not body.stream:  # admitted, run and cancelled with its client as /ask is
+            summary = await answer(request, ask, target, CHAT_PATH)
+            if isinstance(summary, Response):
+                return summary
             payload = completion_body(summary, body.model, cid, (time.perf_counter() - t0) * 1000)
             return Response(payload.model_dump_json(), media_type="application/json")
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        slot = await admit("/ask", deadline)
         return EventSourceResponse(stream(ask, slot, deadline, target, body.model, cid, t0))
 
     async def stream(ask: Any, slot: Any, deadline: float, target: tuple[str, Any], model: str, cid: str,

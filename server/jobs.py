@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -45,6 +46,19 @@ def jobs_dir(index: Path) -> Path:
     """Where an index's jobs live: beside it, named after it, like its versions and write lock."""
     index = Path(index).absolute()
     return index.parent / f".{index.name}.jobs"
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/>])/(?:[^\s'\"/:]+/)+([^\s'\":]+)")
+
+
+def without_paths(message: str, index: Path, name: str) -> str:
+    """A job's error as its client may read it: the index's own directory (and its versions and jobs beside it) as
+    the index's name, any other absolute path as its file name. The server's log keeps the full message."""
+    index = Path(index).absolute()
+    for root in sorted({str(index.resolve()), str(index), str(index.parent.resolve()), str(index.parent)},
+                       key=len, reverse=True):
+        message = message.replace(root + "/", f"<{name}>/").replace(root, f"<{name}>")
+    return _ABSOLUTE_PATH.sub(lambda m: m.group(1), message)
 
 
 class Target:
@@ -174,8 +188,8 @@ class JobRunner:
                 job.state = "done"
             except Exception as exc:  # the job's failure is its record's business, not the server's
                 log.warning("ingestion job %s failed: %s", job.id, exc)
-                job.state, job.error = "failed", (str(exc.args[0]) if isinstance(exc, KeyError) and exc.args
-                                                  else str(exc))
+                message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+                job.state, job.error = "failed", without_paths(message, self.targets[job.index].path, job.index)
             job.finished = time.time()
             self._save(job)
             self._discard_input(job)

@@ -1,28 +1,43 @@
-"""An MCP server over one index, for agent frameworks and chat clients that speak the Model Context Protocol.
+"""An MCP server over one index or several, for agent frameworks and chat clients that speak the Model Context
+Protocol.
 
-Two tools on the same :class:`~routerag.engine.Engine` the REST server uses (one index and one policy in memory,
+Two tools on the same :class:`~routerag.engine.Engine` the REST server uses (the indexes and one policy in memory,
 shared by every call, micro-batched by the backends): ``search`` (retrieval without the policy, like ``/retrieve``)
 and ``ask`` (the routing policy, like ``/ask``: the answer, its trace and its searches). Built with the official MCP
 Python SDK's ``MCPServer``; ``routerag mcp INDEX`` runs it over stdio (the default, what desktop clients launch) or
-streamable HTTP. Bad arguments come back as tool errors that say what to change, never as a crashed server.
+streamable HTTP (:func:`mcp_http_app`). Bad arguments come back as tool errors that say what to change, never as a
+crashed server.
+
+Over HTTP the tools are behind the REST server's guards and keys (:func:`server.security.install_guards`): the key of
+the call's own HTTP request decides which indexes a tool may use, with the REST server's rules (an index the key may
+not see is as unknown as one not served). The arguments pass the REST request models, so their limits (question
+length, k, query length) are the same. Over stdio the client that launched the process owns it: no keys.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import BaseModel, Field, ValidationError
 
 from routerag.config import Settings
 from routerag.engine import Engine
 from routerag.retrieval import QueryError
 from routerag.vocabulary import Mode
 
-from .protocol import AskResponse
+from .cancellation import ShutdownGuard
+from .errors import APIError
+from .protocol import AskResponse, request_models
+from .security import JSON, OPEN, access_in, fixed_media, install_guards, key_ring, visible_index
 
+MCP_PATH = "/mcp"
+INDEX_ARG = "The index to use; may be omitted when the server (or your key) has one."
 INSTRUCTIONS = ("RouteRAG over one document index. `search` returns the passages a dense (passage), knowledge-graph "
                 "(graph) or fused (hybrid) search finds for a query; `ask` lets the routing policy search as it "
                 "sees fit and answer, with its trace.")
@@ -41,38 +56,87 @@ class SearchResult(BaseModel):
     ms: float = Field(description="Retrieval compute time.")
 
 
-def create_mcp(engine: Engine, settings: Settings) -> MCPServer:
-    """The MCP server for ``engine``; run it with ``.run("stdio")`` or ``.run("streamable-http", host=, port=)``."""
+def _arguments(model: type[BaseModel], **fields: Any) -> Any:
+    """The tool's arguments through the REST request model: its limits, and its messages, as a tool error."""
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise ToolError("; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
+                                  for e in exc.errors()[:8])) from None
+
+
+def create_mcp(engines: Engine | Mapping[str, Engine], settings: Settings) -> MCPServer:
+    """The MCP server for ``engines`` (one, served under its directory's name, or several by name); run it with
+    ``.run("stdio")``, or over HTTP as :func:`mcp_http_app`."""
+    from .app import served_name
+
+    served = dict(engines) if isinstance(engines, Mapping) else {served_name(engines): engines}
+    keyed = bool(key_ring(settings.server, served))
+    ask_model, retrieve_model = request_models(settings.server, settings.retrieval.max_query_chars)
     srv = MCPServer(name="routerag", instructions=INSTRUCTIONS)
     max_k = settings.server.max_k
+    timeout_s = settings.server.request_timeout_s
+
+    def target(ctx: Context, index: str | None) -> tuple[str, Engine]:
+        """The index the call may use, by the key of its HTTP request (stdio: the launching client's own)."""
+        request = ctx.request_context.request if ctx is not None else None
+        access = OPEN if request is None else access_in(request.scope, keyed)
+        try:
+            name = visible_index(access, list(served), index)
+        except APIError as exc:
+            raise ToolError(exc.message) from None
+        return name, served[name]
 
     @srv.tool()
-    async def search(query: str, mode: Mode = "hybrid", k: int = 3) -> SearchResult:
+    async def search(query: str, ctx: Context, mode: Mode = "hybrid", k: int = 3,
+                     index: Annotated[str | None, Field(description=INDEX_ARG)] = None) -> SearchResult:
         """Search the index without the policy: the k best passages for the query in one retrieval mode."""
         if not 1 <= k <= max_k:
             raise ToolError(f"k must be between 1 and {max_k} (server.max_k), got {k}")
+        if not query.strip():
+            raise ToolError("query is empty")
+        _arguments(retrieve_model, queries=[query], topk=k, mode=mode, index=index)
+        _, engine = target(ctx, index)
         try:
-            [res] = await engine.retrieve([query], mode, k)
+            [res] = await asyncio.wait_for(engine.retrieve([query], mode, k), timeout_s)
         except QueryError as exc:
             raise ToolError(str(exc)) from exc
+        except (TimeoutError, asyncio.TimeoutError):
+            raise ToolError(f"the search did not finish within {timeout_s:g} s (server.request_timeout_s)") from None
         return SearchResult(documents=[Hit(id=d.id, title=d.title, text=d.text, score=round(d.score, 6))
                                        for d in res.docs], mode=mode, ms=res.ms)
 
     @srv.tool()
-    async def ask(question: str) -> AskResponse:
+    async def ask(question: str, ctx: Context,
+                  index: Annotated[str | None, Field(description=INDEX_ARG)] = None) -> AskResponse:
         """Answer a question with the routing policy: it decides whether, how (passage, graph or both) and how often
         to search, then answers; the trace shows every step."""
         if not question.strip():
             raise ToolError("question is empty")
+        _arguments(ask_model, question=question, index=index)
+        _, engine = target(ctx, index)
         t0 = time.perf_counter()
         try:  # the REST server's deadline (server.request_timeout_s) holds here too
-            traj = await asyncio.wait_for(engine.ask(question), settings.server.request_timeout_s)
+            traj = await asyncio.wait_for(engine.ask(question), timeout_s)
         except (TimeoutError, asyncio.TimeoutError):
-            raise ToolError(f"the question did not finish within {settings.server.request_timeout_s:g} s "
+            raise ToolError(f"the question did not finish within {timeout_s:g} s "
                             "(server.request_timeout_s)") from None
         return AskResponse.from_summary(traj.summary(), (time.perf_counter() - t0) * 1000)
 
     return srv
+
+
+def mcp_http_app(srv: MCPServer, settings: Settings, served: Iterable[str]) -> Any:
+    """The streamable-HTTP transport (``/mcp``) as an ASGI app behind the REST server's guards: Host and Origin
+    (``server.allowed_hosts``, ``server.allowed_origins``; the SDK's own DNS-rebinding check is off, so one setting
+    decides), the keys (``server.api_key``, ``admin_key``, ``index_keys``) and the body limit. Run it with uvicorn
+    (``lifespan="on"``: the SDK's session manager starts there)."""
+    cfg = settings.server
+    app = srv.streamable_http_app(streamable_http_path=MCP_PATH, host=cfg.host,
+                                  transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    install_guards(app, cfg, key_ring(cfg, served), media=fixed_media({("POST", MCP_PATH): JSON}))
+    app.add_middleware(ShutdownGuard)
+    return app
 
 
 def tool_names(srv: MCPServer) -> list[str]:

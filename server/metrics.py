@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -58,8 +59,24 @@ class ServerMetrics:
                                       "plans with: the moving average of recent durations plus twice their average "
                                       "deviation, by route.", ["route"], registry=r)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, visible: Callable[[str], bool] | None = None) -> bytes:
+        """The exposition; with ``visible``, without the samples of the indexes it refuses (a key limited to some
+        indexes does not learn the others' names, sizes or traffic)."""
+        if visible is None:
+            return generate_latest(self.registry)
+        return generate_latest(_Visible(self.registry, visible))  # type: ignore[arg-type]
+
+
+class _Visible:
+    """A registry's metrics without the samples labelled with an index ``visible`` refuses."""
+
+    def __init__(self, registry: CollectorRegistry, visible: Callable[[str], bool]) -> None:
+        self.registry, self.visible = registry, visible
+
+    def collect(self) -> Iterable[Any]:
+        for family in self.registry.collect():  # fresh objects on every collect: ours to change
+            family.samples = [s for s in family.samples if "index" not in s.labels or self.visible(s.labels["index"])]
+            yield family
 
 
 #: Set in the request scope's ``state`` by a route that learns, after its response started, that the client left

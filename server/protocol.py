@@ -52,6 +52,15 @@ NonBlank = Annotated[str, Field(json_schema_extra={"pattern": NON_BLANK_PATTERN}
 Question = NonBlank
 
 
+def bounded_text(max_chars: int | None) -> Any:
+    """:data:`NonBlank` with at most ``max_chars`` characters, checked on the string itself, before the validators
+    (a bound added after them would be reported as "at most N items")."""
+    if not max_chars:
+        return NonBlank
+    return Annotated[str, Field(max_length=max_chars, json_schema_extra={"pattern": NON_BLANK_PATTERN}),
+                     AfterValidator(_valid_text), AfterValidator(_non_blank)]
+
+
 INDEX_FIELD = "The served index to use (`GET /indexes`); may be omitted when the server serves one."
 
 
@@ -499,7 +508,7 @@ def request_models(cfg: ServerConfig, max_query_chars: int | None = None) -> tup
     OpenAPI schema). ``max_query_chars`` bounds each ``/retrieve`` query (the retriever's own limit)."""
     ask = create_model(
         "AskRequest", __base__=AskRequest, __module__=__name__,
-        question=(Question, Field(min_length=1, max_length=cfg.max_question_chars,
+        question=(bounded_text(cfg.max_question_chars), Field(min_length=1,
                                   description=f"The question to answer (at most {cfg.max_question_chars} "
                                               "characters).")),
         budget=(int | None, Field(None, ge=0, le=cfg.max_budget,
@@ -508,7 +517,7 @@ def request_models(cfg: ServerConfig, max_query_chars: int | None = None) -> tup
         k=(int | None, Field(None, ge=1, le=cfg.max_k,
                              description=f"Documents per search (1 to {cfg.max_k}; server default if null).")),
     )
-    query_t = Annotated[NonBlank, Field(max_length=max_query_chars)] if max_query_chars else NonBlank
+    query_t = bounded_text(max_query_chars)
     retrieve = create_model(
         "RetrieveRequest", __base__=RetrieveRequest, __module__=__name__,
         queries=(list[query_t], Field(min_length=1, max_length=cfg.max_queries,  # type: ignore[valid-type]
@@ -525,7 +534,7 @@ def explain_model(cfg: ServerConfig, max_query_chars: int | None = None) -> type
     """:class:`ExplainRequest` with ``cfg``'s maximum k and the retriever's query length."""
     return create_model(
         "ExplainRequest", __base__=ExplainRequest, __module__=__name__,
-        query=(Annotated[NonBlank, Field(max_length=max_query_chars)] if max_query_chars else NonBlank,
+        query=(bounded_text(max_query_chars),
                Field(min_length=1, description="The query to search and explain.")),
         k=(int | None, Field(None, ge=1, le=cfg.max_k,
                              description=f"Top passages to explain (1 to {cfg.max_k}; the retrieval default if "

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from routerag.config import Settings
@@ -25,7 +25,6 @@ from routerag.retrieval.explain import explain as explain_subgraph
 
 from .errors import APIError
 from .protocol import ErrorResponse, ExplainRequest, ExplainResponse, explain_model
-from .security import is_json_media_type
 
 EXPLAIN_PATH = "/explain"
 ASSETS = {"/ui": ("index.html", "text/html; charset=utf-8"),
@@ -45,15 +44,6 @@ PAGE_HEADERS = {
 
 def _asset(name: str) -> bytes:
     return resources.files("server").joinpath("static", name).read_bytes()
-
-
-async def _json_body(request: Request) -> None:
-    """415 for a body that is not sent as JSON (as the app's other JSON routes answer), before it is parsed."""
-    if not is_json_media_type(request.headers.get("content-type", "").encode("latin-1")):
-        got = request.headers.get("content-type")
-        what = f"Content-Type {got!r}" if got else "a request without a Content-Type"
-        raise APIError(415, "unsupported_media_type", f"{what} is not accepted: send the body as JSON with "
-                                                      "'Content-Type: application/json'")
 
 
 def ui_routes(*, pick: Callable[..., tuple[str, Any]], settings: Settings, errors: dict[int | str, dict[str, Any]],
@@ -86,8 +76,7 @@ def ui_routes(*, pick: Callable[..., tuple[str, Any]], settings: Settings, error
                                                                   "are running; retry after `Retry-After` seconds.",
                            "headers": errors[503].get("headers", {})}
 
-    @router.post(EXPLAIN_PATH, response_model=ExplainResponse, responses=explain_errors,
-                 dependencies=[Depends(_json_body)])
+    @router.post(EXPLAIN_PATH, response_model=ExplainResponse, responses=explain_errors)
     async def explain(req: request_model, request: Request) -> Response:  # type: ignore[valid-type]
         """The evidence subgraph of a graph or hybrid search: its top passages, the seed facts and entities with
         their weights, every drawn vertex's PageRank mass, the strongest paths from the seeds to each top passage,

@@ -105,7 +105,7 @@ def test_one_ask_with_a_refused_search_leaves_a_concurrent_ask_intact(index: Pat
     valid, too_long = "Where was Joran Veld born?", "What is known about Joran Veld, " + "his family " * 6 + "?"
 
     async def go() -> list[httpx.Response]:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             return list(await asyncio.gather(*(c.post("/ask", json={"question": q, "budget": 1})
                                                for q in (valid, too_long))))
 

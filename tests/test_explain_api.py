@@ -39,7 +39,7 @@ def app(index: Path, retriever: Retriever):
 
 def call(runner: asyncio.Runner, app: Any, method: str, url: str, **kw: Any) -> httpx.Response:
     async def go() -> httpx.Response:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             return await c.request(method, url, **kw)
 
     return runner.run(go())

@@ -34,7 +34,7 @@ def make_app(index: Path, retriever: Retriever, policy: Any = None, **server: An
 def call(app, method: str, url: str, **kw: Any) -> httpx.Response:
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.request(method, url, **kw)
 
     return asyncio.run(go())

@@ -170,8 +170,12 @@ def test_two_indexes_and_keys_limited_to_one(tmp_path: Path, fresh_index: Path, 
             assert c.post("/ask", json={**q, "index": "b"}).status_code == 200
             assert c.post("/ask", json={**q, "index": "c"}).status_code == 404
             assert a.post("/ask", json={**q, "index": "a"}).status_code == 200
-            assert a.post("/ask", json={**q, "index": "b"}).status_code == 403
-            assert a.post("/retrieve", json={"queries": ["x y"], "index": "b"}).status_code == 403
+            # an index the key may not see is as unknown as one not served: same status, same body
+            hidden, unknown = a.post("/ask", json={**q, "index": "b"}), a.post("/ask", json={**q, "index": "zz"})
+            assert hidden.status_code == unknown.status_code == 404
+            assert hidden.json()["error"]["message"].replace("'b'", "'zz'") == unknown.json()["error"]["message"]
+            assert a.post("/retrieve", json={"queries": ["x y"], "index": "b"}).status_code == 404
+            assert a.post("/ask", json=q).status_code == 200  # its one index needs no naming
             assert [i["name"] for i in a.get("/indexes").json()["indexes"]] == ["a"]
             assert [i["name"] for i in c.get("/health").json()["indexes"]] == ["a", "b"]
             assert httpx.get(f"{url}/health").json()["indexes"] == []  # no key: alive, nothing more
@@ -189,6 +193,8 @@ def test_two_indexes_and_keys_limited_to_one(tmp_path: Path, fresh_index: Path, 
             assert 'routerag_index_passages{index="b"} 11.0' in metrics
             assert 'routerag_ingestion_jobs_total{index="b",op="add",state="done"} 1.0' in metrics
             assert 'routerag_index_memory_bytes{index="a"}' in metrics
+            limited = a.get("/metrics").text  # the key limited to a sees no series of b
+            assert 'index="a"' in limited and 'index="b"' not in limited
 
 
 def test_index_keys_naming_an_unserved_index_are_refused(fresh_index: Path, minilm, spacy_extractor) -> None:

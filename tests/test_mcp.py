@@ -70,7 +70,8 @@ def test_routerag_mcp_over_stdio_answers_the_sdk_client(index: Path, retriever: 
 
 def test_routerag_mcp_over_streamable_http_answers_the_sdk_client(index: Path, retriever: Retriever,
                                                                    tmp_path: Path) -> None:
-    """``--transport streamable-http``: a real server process on 127.0.0.1, the SDK's client by URL."""
+    """``--transport streamable-http --config auth.toml``: a real server process on 127.0.0.1 that takes the config's
+    key (issue 34: it used to serve anyone), the SDK's client by URL with the key."""
     import subprocess
     import time
 
@@ -80,8 +81,10 @@ def test_routerag_mcp_over_streamable_http_answers_the_sdk_client(index: Path, r
 
     port = free_port()
     log = open(tmp_path / "mcp.log", "w")
+    config = tmp_path / "auth.toml"
+    config.write_text('[server]\napi_key = "mcp-key"\n')
     proc = subprocess.Popen([sys.executable, "-m", "routerag.cli", "mcp", str(index), "--transport", "streamable-http",
-                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+                             "--port", str(port), "--config", str(config)], stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while True:  # up once the port accepts connections
@@ -92,11 +95,29 @@ def test_routerag_mcp_over_streamable_http_answers_the_sdk_client(index: Path, r
             except httpx.TransportError:
                 time.sleep(0.5)
 
-        async def go() -> dict:
-            async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=120) as client:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        def connect(key: str | None) -> Client:
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"} if key else {},
+                                      timeout=httpx2.Timeout(30, read=120))
+            return Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http),
+                          read_timeout_seconds=120)
+
+        async def go(key: str | None) -> dict:
+            async with connect(key) as client:
                 return structured(await client.call_tool("search", {"query": Q, "mode": "graph", "k": 2}))
 
-        found = asyncio.run(go())
+        for key in (None, "wrong"):
+            try:
+                asyncio.run(go(key))
+            except Exception:  # (the SDK reports the 401 as its own error)
+                pass
+            else:
+                raise AssertionError(f"a client with key {key!r} was served")
+        refused = httpx.post(f"http://127.0.0.1:{port}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+        found = asyncio.run(go("mcp-key"))
         assert [d["id"] for d in found["documents"]] == [d.id for d in retriever.search([Q], mode="graph", k=2)[0].docs]
     finally:
         proc.terminate()

@@ -132,7 +132,7 @@ def test_ask_over_http_reports_a_refusal(index: Path, retriever) -> None:
     async def ask(body: dict) -> httpx.Response:
         engine = Engine(index, Settings(), generator=ScriptedGenerator([SEARCH, REFUSE]), retriever=retriever)
         app_ = create_app(engine, Settings())
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_), base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_), base_url="http://localhost") as c:
             return await c.post("/ask", json=body)
 
     with asyncio.Runner() as runner:

@@ -45,7 +45,7 @@ def app(index: Path, retriever: Retriever):
 
 def call(runner: asyncio.Runner, app, method: str, url: str, **kw: Any) -> httpx.Response:
     async def go() -> httpx.Response:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             return await c.request(method, url, **kw)
 
     return runner.run(go())
@@ -269,7 +269,7 @@ def test_internal_errors_are_json_500s(runner, index, retriever) -> None:
 
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.post("/ask", json={"question": Q})
 
     r = runner.run(go())
@@ -365,7 +365,7 @@ def test_64_concurrent_asks_are_all_answered_and_batched(runner, index, retrieve
     questions = [f"What is known about {titles[i % 8]} (question {i})?" for i in range(64)]
 
     async def go() -> list[httpx.Response]:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             return await asyncio.gather(*(c.post("/ask", json={"question": q, "k": 2}) for q in questions))
 
     responses = runner.run(go())

@@ -32,7 +32,7 @@ def make_app(index: Path, retriever: Retriever, policy: Any, **server: Any):
 
 async def timed_posts(app, bodies: list[dict[str, Any]], path: str = "/ask") -> list[tuple[httpx.Response, float]]:
     """Send every body at once; each response with its own latency in seconds."""
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=60) as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=60) as c:
         async def one(body: dict[str, Any]) -> tuple[httpx.Response, float]:
             t = time.perf_counter()
             r = await c.post(path, json=body)
@@ -60,7 +60,7 @@ def test_overload_gets_fast_503s_with_retry_after_and_no_504(index: Path, retrie
 
     async def go() -> tuple[list[tuple[httpx.Response, float]], str]:
         results = await timed_posts(app, bodies)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             return results, (await c.get("/metrics")).text
 
     results, metrics = asyncio.run(go())

@@ -183,7 +183,7 @@ def test_openai_backend_end_to_end_through_ask(index: Path, retriever: Retriever
 
         async def go() -> httpx.Response:
             try:
-                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
                     return await c.post("/ask", json={"question": Q})
             finally:
                 await gen.aclose()
@@ -218,7 +218,7 @@ def test_openai_backend_down_is_a_502(index: Path, retriever: Retriever) -> None
     app = create_app(Engine(index, settings, generator=gen, retriever=retriever), settings)
 
     async def go() -> httpx.Response:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             return await c.post("/ask", json={"question": Q})
 
     r = asyncio.run(go())

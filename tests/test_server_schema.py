@@ -35,7 +35,7 @@ def test_no_server_errors(own_index: Path, minilm, spacy_extractor, api_key: str
     # small limits keep generated requests cheap (each /retrieve query is embedded for real)
     cfg = Settings(cache_dir=own_index.parent / "cache",
                    server={"api_key": api_key, "max_question_chars": 300, "max_queries": 4, "max_k": 5,
-                           "request_timeout_s": 30})
+                           "request_timeout_s": 30, "allowed_hosts": ["testserver"]})  # schemathesis's ASGI host
     retriever = Retriever(own_index, cfg.retrieval, embedder=minilm)
     app = create_app(Engine(own_index, cfg, generator=RoutingPolicy(), retriever=retriever), cfg,
                      components={"idx": Components(cfg, embedder=minilm, extractor=spacy_extractor)})

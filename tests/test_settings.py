@@ -32,7 +32,7 @@ def toml(tmp_path: Path, text: str) -> Path:
     ('srever = 1\n', ["unknown section or setting 'srever'", "did you mean 'server'?"]),
     ("[train.verl]\nmodle = 'x'\n", ["[train.verl] has no setting 'modle'", "did you mean 'model'?"]),
     ("[policy.answer_generator]\nbakend = 'openai'\n", ["[policy.answer_generator]", "'backend'"]),
-    ("[server]\nzzzz = 1\n", ["'zzzz'", "valid: admin_key, api_key,"]),
+    ("[server]\nzzzz = 1\n", ["'zzzz'", "valid: admin_key, allowed_hosts, allowed_origins, api_key,"]),
 ])
 def test_unknown_keys_in_the_file_are_refused_with_a_suggestion(tmp_path: Path, text: str,
                                                                 needles: list[str]) -> None:

@@ -33,19 +33,29 @@ def mcp_cmd(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Serve an index to MCP clients: `search(query, mode, k)` (retrieval without the policy) and `ask(question)`
-    (the routing policy's answer and trace). Logs go to stderr; stdout is the protocol's."""
+    (the routing policy's answer and trace). Logs go to stderr; stdout is the protocol's. Over streamable-http the
+    server's keys (server.api_key, admin_key, index_keys) and Host/Origin allow-lists apply as for `routerag serve`."""
     if transport not in ("stdio", "streamable-http"):
         raise ValueError(f"--transport must be stdio or streamable-http, not {transport!r}")
     setup_logging(verbose)
-    from server.mcp_tools import create_mcp, tool_names
+    from server.app import served_name
+    from server.mcp_tools import create_mcp, mcp_http_app, tool_names
 
     engine = load_engine(index, config, policy_overrides(policy, backend, base_url, adapter, temperature, api),
-                         warm=True)
-    srv = create_mcp(engine, engine.settings)
-    where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
-    err_console.print(f"MCP server for {index} on {where} (tools: {', '.join(tool_names(srv))}; policy "
-                      f"{engine.generator.name})", highlight=False)
+                         warm=True, server={"host": host, "port": port})
+    settings = engine.settings
+    srv = create_mcp(engine, settings)
     if transport == "stdio":
+        err_console.print(f"MCP server for {index} on stdio (tools: {', '.join(tool_names(srv))}; policy "
+                          f"{engine.generator.name})", highlight=False)
         srv.run("stdio")
-    else:
-        srv.run("streamable-http", host=host, port=port)
+        return
+    import uvicorn
+
+    app = mcp_http_app(srv, settings, [served_name(engine)])  # the REST server's guards and keys
+    cfg = settings.server
+    keyed = any(k is not None for k in (cfg.api_key, cfg.admin_key)) or bool(cfg.index_keys)
+    err_console.print(f"MCP server for {index} on http://{host}:{port}/mcp (tools: {', '.join(tool_names(srv))}; "
+                      f"policy {engine.generator.name}; auth {'on' if keyed else 'off'})", highlight=False)
+    uvicorn.run(app, host=host, port=port, log_level="info" if verbose else "warning", access_log=verbose,
+                lifespan="on", timeout_graceful_shutdown=5)
