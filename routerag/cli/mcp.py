@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
-                     err_console, handle_errors, load_engine, policy_overrides, setup_logging)
+                     UsageError, err_console, handle_errors, load_engine, policy_overrides, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +35,7 @@ def mcp_cmd(
     """Serve an index to MCP clients: `search(query, mode, k)` (retrieval without the policy) and `ask(question)`
     (the routing policy's answer and trace). Logs go to stderr; stdout is the protocol's."""
     if transport not in ("stdio", "streamable-http"):
-        raise ValueError(f"--transport must be stdio or streamable-http, not {transport!r}")
+        raise UsageError(f"--transport must be stdio or streamable-http, not {transport!r}")
     setup_logging(verbose)
     from server.mcp_tools import create_mcp, tool_names
 
