@@ -65,10 +65,11 @@ def shell_blocks(page: Path) -> list[tuple[int, str, str | None]]:
 
 
 def commands(body: str) -> list[str]:
-    """The command lines of a block: continuation lines joined, ``$`` prompts and comments dropped."""
+    """The command lines of a block: continuation lines joined, ``$`` prompts, comments and usage synopses (the
+    generated references' ``routerag x [OPTIONS] ...``) dropped."""
     joined = re.sub(r"\\\n\s*", " ", body)
     lines = (ln.strip().removeprefix("$ ").split("  #")[0].strip() for ln in joined.splitlines())
-    return [ln for ln in lines if ln and not ln.startswith("#")]
+    return [ln for ln in lines if ln and not ln.startswith("#") and "[OPTIONS]" not in ln]
 
 
 def test_every_shell_block_is_run_or_says_why() -> None:
@@ -82,8 +83,6 @@ def test_every_shell_block_is_run_or_says_why() -> None:
                 continue
             for cmd in commands(body):
                 words = cmd.split()
-                if "[OPTIONS]" in cmd:
-                    continue  # a usage synopsis (the generated references), not a command
                 if words[0] != "routerag":
                     problems.append(f"{where}: `{cmd}` is not a routerag command: run it here or mark the block "
                                     "<!-- not run: why -->")
@@ -108,16 +107,28 @@ def test_research_notes_are_dated_and_cited() -> None:
         assert f"research/{note.name}" in cited, f"no user page links to docs/research/{note.name}"
 
 
-def test_relative_links_resolve() -> None:
+def _prose(page: Path) -> str:
+    return re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL | re.MULTILINE)
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#{1,6} (.+)$", _prose(page), re.MULTILINE)}
+
+
+def test_relative_links_and_their_anchors_resolve() -> None:
     broken = []
     for page in [*USER_PAGES, *(DOCS / "research").glob("*.md"), ROOT / "README.md"]:
-        text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL | re.MULTILINE)
-        for target in re.findall(r"\]\(([^)\s]+)\)", text):
-            path = target.split("#")[0]
-            if not path or "://" in path or path.startswith("mailto:"):
+        for target in re.findall(r"\]\(([^)\s]+)\)", _prose(page)):
+            path, _, anchor = target.partition("#")
+            if "://" in target or target.startswith("mailto:"):
                 continue
-            if not (page.parent / path).exists():
+            dest = page.parent / path if path else page
+            if not dest.exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
 
 
