@@ -42,3 +42,8 @@ class IndexFormatError(RuntimeError):
     def __init__(self, message: str, path: Path | str | None = None) -> None:
         super().__init__(message)
         self.path = Path(path) if path is not None else None
+
+
+class IndexNotFoundError(IndexFormatError):
+    """The path names no index at all (no such directory, or one without a manifest): the caller pointed at the wrong
+    place, nothing on disk is damaged."""

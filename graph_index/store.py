@@ -50,7 +50,8 @@ from .corpus import Passage, append_jsonl, write_jsonl
 from .dense import maybe_to_gpu
 from .graph import entity_vertices
 from .layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, FORMAT, FORMAT_VERSION,
-                     GRAPH, MANIFEST, OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS, IndexFormatError)
+                     GRAPH, MANIFEST, OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS, IndexFormatError,
+                     IndexNotFoundError)
 from .lock import DEFAULT_LOCK_TIMEOUT_S, IndexBusyError, index_lock
 from .normalize import normalize_phrase
 from .openie.base import OpenIEResult, Triple
@@ -80,7 +81,7 @@ def write_lock(root: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S, op: str =
     if create:
         root.parent.mkdir(parents=True, exist_ok=True)
     elif not root.parent.is_dir():
-        raise IndexFormatError(f"{root}: no such index directory", root)
+        raise IndexNotFoundError(f"{root}: no such index directory", root)
     with index_lock(root, timeout=timeout, op=op):
         versions.recover(root)
         versions.clean_stale(root)
@@ -221,9 +222,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
     path = versions.resolve(Path(path))
     mf = path / MANIFEST
     if not path.is_dir():
-        raise IndexFormatError(f"{path}: no such index directory", path)
+        raise IndexNotFoundError(f"{path}: no such index directory", path)
     if not mf.is_file():
-        raise IndexFormatError(f"{path}: not a RouteRAG index (no {MANIFEST}); build one with `routerag build-graph`",
+        raise IndexNotFoundError(f"{path}: not a RouteRAG index (no {MANIFEST}); build one with `routerag build-graph`",
                                path)
     try:
         manifest = json.loads(mf.read_text(encoding="utf-8"))

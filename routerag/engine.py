@@ -22,6 +22,7 @@ from .policy.loop import EventSink
 from .policy.search import LocalSearch, ShardSearch
 from .policy.types import Generator, SearchBackend
 from .retrieval import RetrievalResult, Retriever
+from .retrieval.retriever import QueryError
 from .retrieval.shards import ShardedRetriever
 from .vocabulary import ASK_MODES, AskMode, Mode
 
@@ -79,7 +80,7 @@ class Engine:
                   k: int | None = None, on_event: EventSink | None = None) -> Trajectory:
         """Run the policy loop on one question. ``mode`` other than ``learned`` forces that retrieval mode."""
         if mode not in ASK_MODES:
-            raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(ASK_MODES)}")
+            raise QueryError(f"unknown mode {mode!r}; choose one of {', '.join(ASK_MODES)}")
         overrides: dict[str, Any] = {}
         if mode != "learned":
             overrides["force_mode"] = mode

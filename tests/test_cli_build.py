@@ -42,7 +42,7 @@ def test_bad_line_fails_with_file_and_line_and_writes_nothing(runner: CliRunner,
     bad.write_text('{"title": "A", "text": "a"}\n{"title": "B", "text": oops}\n')
     out = tmp_path / "idx"
     res = runner.invoke(app, ["build-graph", str(FIX / "curie.jsonl"), str(bad), "--out", str(out)])
-    assert res.exit_code == 2
+    assert res.exit_code == 1  # a runtime (data) error, not a usage error
     assert f"{bad}:2: invalid JSON" in res.output
     assert "Traceback" not in res.output
     assert not out.exists() and list(tmp_path.glob(".idx*")) == []
@@ -65,7 +65,7 @@ def test_empty_corpus(runner: CliRunner, tmp_path: Path, content: str, message: 
     f = tmp_path / "empty.jsonl"
     f.write_text(content)
     res = runner.invoke(app, ["build-graph", str(f), "--out", str(tmp_path / "idx")])
-    assert res.exit_code == 2 and message in res.output
+    assert res.exit_code == 1 and message in res.output
 
 
 def test_existing_output_needs_force_and_non_index_dirs_are_never_replaced(runner: CliRunner, tmp_path: Path) -> None:
@@ -121,10 +121,10 @@ def test_skip_bad_skips_non_utf8_and_a_5mb_line(runner: CliRunner, tmp_path: Pat
     out = tmp_path / "idx"
     oie = ["--openie-results", str(FIX / "curie_openie.json")]
     res = runner.invoke(app, ["build-graph", str(bad), "--out", str(out), *oie])
-    assert res.exit_code == 2 and f"{bad}:6: not valid UTF-8" in res.output, res.output
+    assert res.exit_code == 1 and f"{bad}:6: not valid UTF-8" in res.output, res.output
     bad.write_bytes((FIX / "curie.jsonl").read_bytes() + big.encode() + b"\n")
     res = runner.invoke(app, ["build-graph", str(bad), "--out", str(out), *oie])
-    assert res.exit_code == 2 and f"{bad}:6: passage of 5,000,005 characters, over corpus.max_passage_chars" \
+    assert res.exit_code == 1 and f"{bad}:6: passage of 5,000,005 characters, over corpus.max_passage_chars" \
         in res.output and "E088" not in res.output, res.output
     assert not out.exists()
 

@@ -50,21 +50,84 @@ def test_dockerfiles(name: str, base: str) -> None:
         assert "faiss-gpu" in runs and "uninstall -y faiss-cpu" in runs
 
 
-def test_compose_has_three_healthchecked_services() -> None:
-    doc = yaml.safe_load((DOCKER / "compose.yaml").read_text())
-    services = doc["services"]
-    assert set(services) == {"policy", "openie", "routerag"}
-    for name, svc in services.items():
-        assert "test" in svc["healthcheck"], name
+def compose() -> dict:
+    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def test_compose_services_gpus_and_start_order() -> None:
+    services = compose()["services"]
+    assert set(services) == {"policy", "openie", "build", "routerag"}
+    gpus = []
     for llm in ("policy", "openie"):
-        assert services[llm]["image"].startswith("vllm/vllm-openai")
-        assert "--served-model-name" in services[llm]["command"]
-    rr = services["routerag"]
-    assert rr["build"]["dockerfile"] == "docker/Dockerfile.gpu"
-    assert rr["depends_on"] == {"policy": {"condition": "service_healthy"}, "openie": {"condition": "service_healthy"}}
+        svc = services[llm]
+        assert svc["image"].startswith("vllm/vllm-openai") and "--served-model-name" in svc["command"]
+        assert "test" in svc["healthcheck"] and svc["restart"] == "unless-stopped"
+        assert svc["environment"]["HF_TOKEN"].startswith("${HF_TOKEN")  # gated models need the token
+        (dev,) = svc["deploy"]["resources"]["reservations"]["devices"]
+        assert "count" not in dev  # each server its own GPU, never "the first one" twice
+        gpus.append(dev["device_ids"])
+    assert gpus[0] != gpus[1]
+    build, rr = services["build"], services["routerag"]
+    for svc in (build, rr):
+        assert svc["build"]["dockerfile"] == "docker/Dockerfile.gpu"
+        assert any(v.endswith(":/var/lib/routerag/corpus:ro") for v in svc["volumes"])  # the corpus comes in
+    assert build["restart"] == "no" and build["entrypoint"][-1] == "/app/docker/build_index.py"
+    # the server starts on a built index and a healthy policy; it does not wait for the OpenIE server
+    assert rr["depends_on"] == {"build": {"condition": "service_completed_successfully"},
+                                "policy": {"condition": "service_healthy"}}
+    assert rr["restart"] == "unless-stopped"
     cmd = " ".join(rr["command"])
     assert "--backend openai" in cmd and "http://policy:8000/v1" in cmd
     assert "/ready" in " ".join(rr["healthcheck"]["test"])
+
+
+def test_the_gpu_image_runs_as_a_user_and_ships_the_build_script() -> None:
+    ins = instructions(DOCKER / "Dockerfile.gpu")
+    users = [a for k, a in ins if k == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    assert any("docker/build_index.py" in a for k, a in ins if k == "COPY")
+
+
+def test_compose_config_validates() -> None:
+    """``docker compose config`` (v2) where it is installed, else Debian's docker-compose 1.29 on a copy without the
+    top-level ``name`` (a v2 key 1.29 predates); skipped when neither is."""
+    import os
+
+    env = {**os.environ, "ROUTERAG_SERVER__API_KEY": "k"}
+    v2 = shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+    if v2:
+        res = subprocess.run(["docker", "compose", "-f", str(DOCKER / "compose.yaml"), "config", "--quiet"],
+                             capture_output=True, text=True, env=env)
+    elif shutil.which("docker-compose"):
+        copy = DOCKER / ".compose-v1-check.yaml"
+        copy.write_text("".join(ln for ln in (DOCKER / "compose.yaml").read_text().splitlines(keepends=True)
+                                if not ln.startswith("name:")))
+        try:
+            res = subprocess.run(["docker-compose", "-f", str(copy), "config", "--quiet"], capture_output=True,
+                                 text=True, env=env)
+        finally:
+            copy.unlink()
+    else:
+        pytest.skip("neither `docker compose` nor docker-compose is installed (apt-get install docker-compose)")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_build_service_skips_a_built_index_and_fails_without_a_corpus(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_index", DOCKER / "build_index.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    index, corpus = tmp_path / "index", tmp_path / "corpus"
+    corpus.mkdir()
+    assert mod.main([str(corpus), str(index), "http://127.0.0.1:9"]) == 1  # no corpus files: the server must not start
+    index.mkdir()
+    (index / "manifest.json").write_text("{}")
+    assert mod.main([str(corpus), str(index), "http://127.0.0.1:9"]) == 0  # built: no wait for the OpenIE server
+    (corpus / "a.jsonl").write_text("{}\n")
+    (corpus / "notes.txt").write_text("")
+    assert mod.corpus_files(corpus) == [corpus / "a.jsonl"]
+    assert mod.wait_healthy("http://127.0.0.1:9", timeout_s=0, every_s=0) is False
 
 
 def test_compose_server_is_private_keyed_and_its_healthcheck_sends_the_key(index, retriever) -> None:
@@ -80,7 +143,7 @@ def test_compose_server_is_private_keyed_and_its_healthcheck_sends_the_key(index
 
     from .helpers.server_helpers import RoutingPolicy, live_server
 
-    rr = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]["routerag"]
+    rr = compose()["services"]["routerag"]
     assert all(str(p).startswith("127.0.0.1:") for p in rr["ports"]), rr["ports"]
     key = rr["environment"]["ROUTERAG_SERVER__API_KEY"]
     assert key.startswith("${ROUTERAG_SERVER__API_KEY:?"), key  # required, never an empty default

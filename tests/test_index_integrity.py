@@ -64,7 +64,7 @@ def test_a_truncated_file_is_named_and_info_fails(idx: Path, runner: CliRunner, 
         forget_file_records(idx)
     truncate(idx / name)
     res = runner.invoke(app, ["info", str(idx)])
-    assert res.exit_code == 2, res.output
+    assert res.exit_code == 1, res.output  # a damaged index is a runtime error
     assert name in res.output and "Traceback" not in res.output
     with pytest.raises(IndexFormatError, match=name) as err:
         with IndexData(idx) as data:
@@ -84,7 +84,7 @@ def test_a_count_mismatch_is_named_not_a_numpy_broadcast_error(idx: Path, runner
     ents = idx / "entities.jsonl"
     ents.write_text("".join(ents.read_text().splitlines(keepends=True)[:-1]))  # one entity row lost
     res = runner.invoke(app, ["info", str(idx)])
-    assert res.exit_code == 2 and "entities.jsonl" in res.output and "broadcast" not in res.output, res.output
+    assert res.exit_code == 1 and "entities.jsonl" in res.output and "broadcast" not in res.output, res.output
     retriever = Retriever(idx, RetrievalConfig(), embedder=minilm)
     with pytest.raises(IndexFormatError, match=r"entities\.jsonl: .* rows, the manifest says"):
         retriever.search(["Who discovered radium?"], mode="graph", k=2)
@@ -100,7 +100,7 @@ def test_info_verify_catches_a_changed_byte(idx: Path, runner: CliRunner) -> Non
     assert p.stat().st_size == len(text.encode())
     assert runner.invoke(app, ["info", str(idx)]).exit_code == 0  # structurally fine
     res = runner.invoke(app, ["info", str(idx), "--verify"])
-    assert res.exit_code == 2 and "failed verification" in res.output and f"{p.resolve()}: sha256" in res.output
+    assert res.exit_code == 1 and "failed verification" in res.output and f"{p.resolve()}: sha256" in res.output
 
 
 def test_info_verify_catches_a_flipped_bit_in_an_array(idx: Path, runner: CliRunner) -> None:
@@ -109,11 +109,11 @@ def test_info_verify_catches_a_flipped_bit_in_an_array(idx: Path, runner: CliRun
     data[-5] ^= 0x01
     p.write_bytes(bytes(data))
     res = runner.invoke(app, ["info", str(idx), "--verify", "--json"])
-    assert res.exit_code == 2 and "fact_embeddings.npy: sha256" in res.output
+    assert res.exit_code == 1 and "fact_embeddings.npy: sha256" in res.output
 
 
 def test_verify_needs_recorded_checksums(idx: Path, runner: CliRunner) -> None:
     forget_file_records(idx)
     assert runner.invoke(app, ["info", str(idx)]).exit_code == 0
     res = runner.invoke(app, ["info", str(idx), "--verify"])
-    assert res.exit_code == 2 and "records no checksums" in res.output
+    assert res.exit_code == 1 and "records no checksums" in res.output

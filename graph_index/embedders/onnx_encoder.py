@@ -25,6 +25,7 @@ import numpy as np
 
 from ..atomic import atomic_path
 from ..ort_session import ProcessSession, onnx_available  # noqa: F401 - onnx_available is used from here
+from ..status import STATUS
 from .base import Embedder
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ def cached_export(folder: Path, cache_dir: Path) -> Path:
     _check_supported(folder)
     target = cache_dir / "onnx" / f"{folder.name}-{_weights_digest(folder)}.onnx"
     if not target.is_file():
-        log.info("exporting %s to ONNX at %s (once)", folder, target)
+        log.info("exporting the query encoder %s to ONNX (once, about 10 s) at %s", folder.name, target,
+                 extra=STATUS)
         export_onnx(folder, target)
     return target
 
@@ -107,7 +109,7 @@ def cached_fused(plain: Path, folder: Path) -> Path:
         from onnxruntime.transformers import optimizer
 
         config = json.loads((folder / "config.json").read_text())
-        log.info("fusing %s at %s (once)", plain, target)
+        log.info("optimising the ONNX query encoder (once) at %s", target, extra=STATUS)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fused = optimizer.optimize_model(str(plain), model_type="bert", opt_level=1,
@@ -131,7 +133,7 @@ def cached_int8(fp32: Path) -> Path:
     target = fp32.with_name(fp32.stem + "-int8.onnx")
     if target.is_file():
         return target
-    log.info("quantising %s to int8 at %s (once)", fp32, target)
+    log.info("quantising the ONNX query encoder to int8 (once) at %s", target, extra=STATUS)
     with atomic_path(target, suffix=".onnx") as tmp:
         quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
     return target

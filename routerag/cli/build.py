@@ -11,7 +11,8 @@ from rich.table import Table
 from graph_index.lock import DEFAULT_LOCK_TIMEOUT_S
 
 from ..config import Settings, load_settings
-from .common import ConfigOpt, JsonOpt, VerboseOpt, console, handle_errors, print_json, setup_logging
+from .common import (ConfigOpt, JsonOpt, UsageError, VerboseOpt, console, handle_errors, print_json,
+                     setup_logging)
 
 SkipBadOpt = Annotated[bool, typer.Option(
     "--skip-bad", help="Skip and count (per kind) malformed corpus records: invalid JSON or UTF-8, missing fields, "
@@ -90,10 +91,10 @@ def build_graph_cmd(
     )
     if cfg.extractor.kind == "llm" and not (cfg.extractor.llm_model and (cfg.extractor.llm_base_url
                                                                           or cfg.extractor.llm_backend == "vllm")):
-        raise ValueError("--extractor llm needs --llm-model and --llm-base-url (or --llm-backend vllm)")
+        raise UsageError("--extractor llm needs --llm-model and --llm-base-url (or --llm-backend vllm)")
     if ray is not None:
         if openie_results is not None:
-            raise ValueError("--openie-results imports extraction results; it does not combine with --ray")
+            raise UsageError("--openie-results imports extraction results; it does not combine with --ray")
         from graph_index.ray_build import build_index_ray
 
         manifest = build_index_ray(corpus, out, cfg, address=None if ray == "local" else ray, force=force,
@@ -147,7 +148,7 @@ def index_delete_cmd(
     if ids_file is not None:
         wanted += [line.strip() for line in ids_file.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not wanted:
-        raise ValueError("give the passage ids to delete with --ids or --ids-file")
+        raise UsageError("give the passage ids to delete with --ids or --ids-file")
     cfg = _settings(config, cache_dir=cache_dir)
     manifest = delete_from_index(index, wanted, cfg, progress=not json_out, lock_timeout=lock_timeout)
     _report(manifest, index, "updated", json_out)

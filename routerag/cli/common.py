@@ -18,17 +18,70 @@ from rich.logging import RichHandler
 console = Console()
 err_console = Console(stderr=True)
 
+#: The width of output that is not a terminal (a pipe, a log file): wide enough that no table or line is wrapped at
+#: Rich's default of 80 columns ("GenAc / c"); tables are not expanded, so they stay as wide as their content.
+PIPED_WIDTH = 10_000
+
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Exceptions that mean "the user's input is wrong": reported in one line, exit code 2.
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, KeyError,
-                                                PermissionError, IsADirectoryError, NotADirectoryError)
+
+class UsageError(ValueError):
+    """The command line is wrong (a flag combination, a flag's value): exit code 2, like Click's own usage errors."""
+
+
+#: Exit code 2: the invocation is wrong: the settings or flags (``SettingsError``, pydantic's validation), a query the
+#: retriever cannot take, a path argument that does not exist or would be overwritten, ids that name nothing.
+#: Everything else (a corrupt index, a bad corpus line, an unreachable server, ...) is a runtime error: exit code 1.
+USAGE_ERRORS: tuple[type[BaseException], ...] = (UsageError, FileNotFoundError, FileExistsError, KeyError,
+                                                 IsADirectoryError, NotADirectoryError)
+
+#: Runtime errors whose message is the whole story (a file and line, an index file at fault): no type name shown.
+DATA_ERRORS: tuple[type[BaseException], ...] = (ValueError, PermissionError)
+
+
+def configure_output() -> None:
+    """Process-wide output conventions, applied before any command runs: full-width output when not on a terminal
+    (unless ``COLUMNS`` says otherwise), and the libraries' per-load progress bars off ("Loading weights")."""
+    import os
+
+    for c in (console, err_console):
+        if not c.is_terminal and "COLUMNS" not in os.environ:
+            c.width = PIPED_WIDTH
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+def silence_library_warnings() -> None:
+    """Deprecation notices are about a library's future, not the user's run (transformers warns on every model
+    load): hidden unless ``-v``, ``PYTHONWARNINGS`` or ``ROUTERAG_DEBUG`` asks for them."""
+    import os
+    import warnings
+
+    if os.environ.get("PYTHONWARNINGS") or os.environ.get("ROUTERAG_DEBUG"):
+        return
+    for category in (FutureWarning, DeprecationWarning, PendingDeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+
+
+class _StatusOrWarning(logging.Filter):
+    """Without ``-v``: warnings and the one-time-work lines (records logged with ``extra={"status": True}``: an ONNX
+    export, a model conversion, a model load), so a command is not silent while it spends seconds on them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from graph_index.status import STATUS_ATTR
+
+        return record.levelno >= logging.WARNING or bool(getattr(record, STATUS_ATTR, False))
 
 
 def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s",
-                        handlers=[RichHandler(console=err_console, show_path=False, rich_tracebacks=False)],
-                        force=True)
+    handler: logging.Handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
+    if not err_console.is_terminal:  # a pipe or a log file: plain lines (Rich would pad each to the full width)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    if not verbose:
+        handler.addFilter(_StatusOrWarning())
+        silence_library_warnings()
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[handler], force=True)
     for noisy in ("httpx", "sentence_transformers", "transformers", "faiss", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -39,9 +92,22 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def exit_code(exc: BaseException) -> int:
+    """2 for a usage error (see :data:`USAGE_ERRORS`), 1 for a runtime error."""
+    from pydantic import ValidationError
+
+    from graph_index.config import SettingsError
+    from graph_index.layout import IndexNotFoundError
+
+    from ..retrieval.retriever import QueryError
+
+    usage = (*USAGE_ERRORS, SettingsError, ValidationError, IndexNotFoundError, QueryError)
+    return 2 if isinstance(exc, usage) else 1
+
+
 def handle_errors(fn: F) -> F:
-    """Report user errors as ``error: <message>`` (exit 2) and runtime failures likewise (exit 1), without a
-    traceback; ``ROUTERAG_DEBUG=1`` shows it."""
+    """Report errors as ``error: <message>`` without a traceback (``ROUTERAG_DEBUG=1`` shows it): usage errors exit
+    2, runtime errors 1 (an unexpected one also names its type)."""
     from graph_index.store import IndexFormatError
 
     @wraps(fn)
@@ -56,8 +122,9 @@ def handle_errors(fn: F) -> F:
             if os.environ.get("ROUTERAG_DEBUG"):
                 raise
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            if isinstance(exc, (*USER_ERRORS, IndexFormatError)):
-                fail(str(msg), 2)
+            code = exit_code(exc)
+            if code == 2 or isinstance(exc, (*DATA_ERRORS, IndexFormatError)):
+                fail(str(msg), code)
             fail(f"{type(exc).__name__}: {msg}", 1)
         return None
 

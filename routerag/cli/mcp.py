@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
-                     err_console, handle_errors, load_engine, policy_overrides, setup_logging)
+                     UsageError, err_console, handle_errors, load_engine, policy_overrides, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +36,7 @@ def mcp_cmd(
     (the routing policy's answer and trace). Logs go to stderr; stdout is the protocol's. Over streamable-http the
     server's keys (server.api_key, admin_key, index_keys) and Host/Origin allow-lists apply as for `routerag serve`."""
     if transport not in ("stdio", "streamable-http"):
-        raise ValueError(f"--transport must be stdio or streamable-http, not {transport!r}")
+        raise UsageError(f"--transport must be stdio or streamable-http, not {transport!r}")
     setup_logging(verbose)
     from server.app import served_name
     from server.mcp_tools import create_mcp, mcp_http_app, tool_names

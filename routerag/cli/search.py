@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from ..config import Settings, load_settings
-from .common import console, handle_errors, setup_logging
+from .common import UsageError, console, handle_errors, setup_logging
 
 
 def register(app: typer.Typer) -> None:
@@ -37,7 +37,7 @@ def search_cmd(
 
     configure_threads()
     if (query is None) == (queries is None):
-        raise ValueError("give exactly one of a QUERY argument or --queries FILE")
+        raise UsageError("give exactly one of a QUERY argument or --queries FILE")
     if queries is not None:
         if not queries.is_file():
             raise FileNotFoundError(f"{queries}: no such file")

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
-                     policy_overrides, err_console, handle_errors, load_engine, setup_logging)
+                     UsageError, policy_overrides, err_console, handle_errors, load_engine, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -27,9 +27,9 @@ def parse_indexes(specs: list[str]) -> dict[str, Path]:
         # the link's own name (an index path is a link to its current version), not its target's
         name = name if sep else (folder.absolute().name or folder.resolve().name)
         if not name or "/" in name:
-            raise ValueError(f"{spec!r}: an index is DIR or NAME=DIR, with a NAME without '/'")
+            raise UsageError(f"{spec!r}: an index is DIR or NAME=DIR, with a NAME without '/'")
         if name in out:
-            raise ValueError(f"index name {name!r} given twice ({out[name]} and {folder}); name them: NAME=DIR")
+            raise UsageError(f"index name {name!r} given twice ({out[name]} and {folder}); name them: NAME=DIR")
         out[name] = folder
     return out
 
@@ -71,7 +71,7 @@ def serve_cmd(
     from ..engine import Engine
 
     if bool(indexes) == bool(shards):
-        raise ValueError("give index directories, or --shards URL,URL, not both" if indexes else
+        raise UsageError("give index directories, or --shards URL,URL, not both" if indexes else
                          "nothing to serve: give index directories ([NAME=]DIR ...) or --shards URL,URL")
     named: dict[str, Path | None] = dict(parse_indexes(indexes)) if indexes else {shards_name: None}
     first, *rest = named.items()

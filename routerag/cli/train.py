@@ -14,7 +14,7 @@ import typer
 
 from ..config import Settings, load_settings
 from ..vocabulary import MODES
-from .common import console, handle_errors, print_json, setup_logging
+from .common import UsageError, console, handle_errors, print_json, setup_logging
 
 log = logging.getLogger(__name__)
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -66,14 +66,14 @@ def train_cmd(
     """Two-stage GRPO (RouteRAG): stage 1 rewards correct answers, stage 2 also fast retrieval."""
     setup_logging(verbose or not dry_run)
     if stage not in (1, 2):
-        raise ValueError("--stage must be 1 or 2")
+        raise UsageError("--stage must be 1 or 2")
     if engine not in ("local", "verl"):
-        raise ValueError("--engine must be local or verl")
+        raise UsageError("--engine must be local or verl")
     overrides = {"engine": engine, "model": model, "init_adapter": init_adapter, "steps": steps,
                  "switch_step": switch_step, "batch_size": batch_size, "group_size": group_size, "lr": lr}
     if engine == "verl":
         if init_adapter:
-            raise ValueError("the verl engine trains full weights: merge the adapter into its base first "
+            raise UsageError("the verl engine trains full weights: merge the adapter into its base first "
                              "(`routerag merge-adapter --adapter DIR --out MERGED`) and pass --model MERGED")
         # verl's model and batch are its own settings (train.verl.*): the flags go there, not to the local ones
         overrides.update(model=None, batch_size=None)
@@ -98,7 +98,7 @@ def train_cmd(
         tcfg.max_turn_tokens, tcfg.max_total_tokens, tcfg.micro_batch_size = 24, 160, 4
         tcfg.lr = lr or 1e-3
     if index is None or not questions:
-        raise ValueError("the local engine needs --index and --questions (or --model tiny-random for the smoke "
+        raise UsageError("the local engine needs --index and --questions (or --model tiny-random for the smoke "
                          "preset)")
     from training.data import load_training_items
     from training.local_trainer import METRICS, LocalGRPOTrainer
@@ -187,7 +187,7 @@ def sft_cmd(
     from ..runtime import configure_threads
 
     if plan not in ("gold", "retrieval"):
-        raise ValueError("--plan must be gold or retrieval")
+        raise UsageError("--plan must be gold or retrieval")
     plan = "retrieval" if routes_from or refusals or extra_searches else plan
     configure_threads()
     settings = load_settings(Settings, config, train={"model": model})

@@ -19,6 +19,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal, get_args
 
+from graph_index.config import SettingsError
+
 from ..policy.answering import Reader, answer_directly
 from ..policy.tokens import TokenCounter
 from ..policy.types import Generation, GenerationRequest, Generator, SearchRecord, Summary
@@ -45,11 +47,11 @@ def parse_strategies(spec: str | list[str] | tuple[str, ...]) -> list[Strategy]:
         if not p:
             continue
         if p not in STRATEGIES:
-            raise ValueError(f"unknown mode {p!r}; choose from {', '.join(STRATEGIES)}")
+            raise SettingsError(f"unknown mode {p!r}; choose from {', '.join(STRATEGIES)}")
         if p not in out:
             out.append(p)  # type: ignore[arg-type]
     if not out:
-        raise ValueError(f"no modes given; choose from {', '.join(STRATEGIES)}")
+        raise SettingsError(f"no modes given; choose from {', '.join(STRATEGIES)}")
     return out
 
 

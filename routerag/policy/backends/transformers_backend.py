@@ -15,6 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from graph_index.status import STATUS
+
 from ...batching import MicroBatcher
 from ...config import EMBEDDED_POLICY, EMBEDDED_ROUTER, GeneratorConfig
 from ..types import Generation, GenerationRequest
@@ -53,7 +55,7 @@ def embedded_policy_folder() -> Path:
     if (target / "config.json").is_file() and (target / "tokenizer_config.json").is_file():
         return target
     hf_logging.disable_progress_bar()
-    log.info("converting the embedded policy %s once into %s", gguf, target)
+    log.info("converting the embedded policy %s (once, about 30 s) into %s", gguf, target, extra=STATUS)
     tok = AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf)
     lm = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=gguf)
     # the weights are dequantised float tensors by now; transformers only refuses to save while it still
@@ -102,6 +104,8 @@ def load_model_and_tokenizer(model: str, *, adapter: str | None = None, device: 
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if torch_dtype is None:
         torch_dtype = torch.bfloat16 if dev.startswith("cuda") else torch.float32
+    shown = f"{model} + adapter {adapter}" if adapter and model != EMBEDDED_ROUTER else model
+    log.info("loading the policy %s on %s", shown, dev, extra=STATUS)
     tok = AutoTokenizer.from_pretrained(source)
     lm = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
     if adapter:
