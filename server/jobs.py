@@ -194,11 +194,9 @@ class JobRunner:
                 manifest = add_to_index(target.path, [upload], self.settings,
                                         components=self.components.get(job.index), progress=False)
             except CorpusError as exc:
-                if exc.kind != "empty":  # (an empty upload was refused at submission: empty = all already indexed)
-                    raise CorpusError(str(exc).replace(str(upload), "body"), exc.kind) from None
-                return {"added": 0, "duplicates": job.counts.get("uploaded", 0),
-                        "passages": len(target.passages())}
-            target.reload()
+                raise CorpusError(str(exc).replace(str(upload), "body"), exc.kind) from None
+            if manifest["history"][-1].get("published", True):
+                target.reload()
             return {"added": manifest["history"][-1]["added"], "duplicates": manifest["corpus"]["duplicates"],
                     "passages": manifest["counts"]["passages"]}
         ids = json.loads((folder / f"{job.id}.ids.json").read_text())

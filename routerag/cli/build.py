@@ -222,7 +222,16 @@ def _report(manifest: dict[str, Any], out: Path, verb: str, json_out: bool) -> N
     c = manifest["counts"]
     corpus = manifest.get("corpus") or {}
     oie = manifest.get("openie") or {}
-    console.print(f"[bold green]{verb}[/] {out}")
+    last = (manifest.get("history") or [{}])[-1]
+    published = last.get("published", True)
+    console.print(f"[bold green]{verb}[/] {out}" if published else
+                  f"[bold]unchanged[/] {out}: every passage is already indexed, no new version written")
+    if last.get("op") == "add" and verb == "updated":
+        console.print(f"{last.get('added', 0)} added, {corpus.get('duplicates', 0)} duplicates "
+                      f"({corpus.get('already_indexed', 0)} already indexed); the index holds {c['passages']:,} "
+                      "passages", highlight=False)
+    if not published:
+        return  # the manifest's timings and counts are the current version's, reported when it was written
     summary = {
         "passages": c["passages"],
         "entities": c["entities"],
