@@ -440,7 +440,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--index", type=Path, help="An index to write to (default: the sample corpus, built in WORK).")
     ap.add_argument("--work", type=Path, help="Where the cache, logs and write files go (default: a temp dir).")
-    ap.add_argument("--minutes", type=float, default=0.0, help="Start no round after this many minutes.")
+    ap.add_argument("--minutes", type=float, default=0.0,
+                    help="Start no round after this many minutes from the first server's start (one round always).")
     ap.add_argument("--rounds", type=int, default=0, help="Stop after this many rounds.")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, help="Summary JSON (default: WORK/crasher.json).")
@@ -456,9 +457,9 @@ def main() -> None:
     crasher.start_server()
     print(f"crasher: {idx}, server on {crasher.server.url}, work in {work}", flush=True)  # type: ignore[union-attr]
     try:
-        r = 0
-        while (not args.rounds or r < args.rounds) and (not args.minutes or
-                                                          time.monotonic() - started < args.minutes * 60):
+        r, started = 0, time.monotonic()  # the budget is for rounds: a slow first start does not eat it
+        while r == 0 or ((not args.rounds or r < args.rounds) and (not args.minutes or
+                                                                    time.monotonic() - started < args.minutes * 60)):
             r += 1
             print(crasher.round(r), flush=True)
     finally:
