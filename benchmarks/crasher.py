@@ -255,8 +255,8 @@ class Crasher:
             else:
                 r = httpx.post(self.server.url + "/documents/delete", json={"ids": write.ids},  # type: ignore[union-attr]
                                timeout=30)
-        except httpx.HTTPError as exc:
-            self.refuse(write, f"not accepted ({type(exc).__name__})")
+        except httpx.HTTPError:
+            write.outcome = "refused"  # no answer: the server may still have kept the job (its ids stay undecided)
             return
         if r.status_code != 202:
             # a delete of ids a CLI add put in after the server's last reload is a 404: the server serves an older
@@ -413,8 +413,10 @@ class Crasher:
         try:
             with index_lock(self.idx, timeout=0, op="crasher check"):
                 return True
-        except IndexBusyError:
-            return False
+        except IndexBusyError as exc:
+            # the server may be running a job whose 202 never arrived (it kept the job, then was killed): its own
+            server = self.server.proc.pid if self.server is not None else None
+            return server is not None and f"pid {server} " in str(exc)
 
     def summary(self, started: float) -> dict[str, Any]:
         return {"rounds": self.rounds, "kills": dict(self.kills), "kills_total": sum(self.kills.values()),

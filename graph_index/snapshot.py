@@ -46,11 +46,11 @@ class SnapshotError(IndexFormatError):
 
 def snapshot_path(index: Path, dest: Path, version: str) -> Path:
     """Where ``index snapshot`` writes: ``dest`` itself when it names a ``.tar`` file, else a file in the folder
-    ``dest`` named after the index, its version and the time."""
+    ``dest`` named after the index, its version and the time (the folder is created if missing)."""
     if dest.suffix == ".tar":
         return dest
-    if not dest.is_dir():
-        raise FileNotFoundError(f"{dest}: no such folder; give an existing folder or a FILE.tar")
+    if dest.exists() and not dest.is_dir():
+        raise FileExistsError(f"{dest} is a file; give a folder, or a FILE.tar to write")
     name = Path(index).name
     tag = version[len(name) + 2:] if version.startswith(f".{name}.v") else "plain"
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -69,8 +69,7 @@ def write_snapshot(index: Path, dest: Path, *, force: bool = False) -> dict[str,
         out = snapshot_path(Path(index), Path(dest), data.version)
         if out.exists() and not force:
             raise FileExistsError(f"{out} already exists; pass --force to replace it")
-        if not out.parent.is_dir():
-            raise FileNotFoundError(f"{out.parent}: no such folder for the snapshot")
+        out.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(out) as tmp:
             with open(tmp, "wb") as raw:
                 with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:

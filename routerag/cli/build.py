@@ -167,7 +167,7 @@ def index_delete_cmd(
 def index_snapshot_cmd(
     index: Annotated[Path, typer.Argument(help="Index directory (the link).")],
     dest: Annotated[Path, typer.Argument(help="A folder (the file is named INDEX.vNNNN.TIME.snapshot.tar) or a "
-                                              "FILE.tar.")],
+                                              "FILE.tar; created if missing.")],
     force: Annotated[bool, typer.Option("--force", help="Replace an existing snapshot file.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
