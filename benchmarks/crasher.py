@@ -418,11 +418,23 @@ class Crasher:
             server = self.server.proc.pid if self.server is not None else None
             return server is not None and f"pid {server} " in str(exc)
 
+    def leftovers(self) -> dict[str, list[str]]:
+        """What killed writers left that no later write removed (not a loss; reported, not a finding): files beside
+        the index that are neither its link, lock, jobs folder nor a version, and job files no record owns."""
+        own = f".{self.idx.name}."
+        beside = sorted(p.name for p in self.idx.parent.iterdir() if p.name.startswith(own)
+                        and not re.fullmatch(rf"{re.escape(own)}(v\d+|lock|jobs)", p.name))
+        jobs = self.idx.parent / f"{own}jobs"
+        records = {p.name.split(".")[0] for p in jobs.glob("*.job.json")} if jobs.is_dir() else set()
+        orphans = sorted(p.name for p in jobs.iterdir() if p.name.split(".")[0] not in records) if jobs.is_dir() else []
+        return {"beside_index": beside, "job_files_without_record": orphans}
+
     def summary(self, started: float) -> dict[str, Any]:
         return {"rounds": self.rounds, "kills": dict(self.kills), "kills_total": sum(self.kills.values()),
                 "writes": dict(self.writes), "acknowledged_present": len(self.ledger.present),
                 "acknowledged_absent": len(self.ledger.absent), "jobs_resumed": self.jobs_resumed,
                 "final_version": os.readlink(self.idx) if self.idx.is_symlink() else None,
+                "leftovers": self.leftovers(),
                 "minutes": round((time.monotonic() - started) / 60, 2), "findings": self.findings}
 
 
