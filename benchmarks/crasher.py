@@ -104,6 +104,7 @@ class Write:
     proc: subprocess.Popen | None = None
     job: str | None = None
     killed: bool = False
+    ended: float = 0.0
     outcome: str = "running"  # running, acknowledged, failed, killed, refused
 
     @property
@@ -165,7 +166,8 @@ class Crasher:
         self.kills: Counter[str] = Counter()
         self.writes: Counter[str] = Counter()
         self.rounds = 0
-        self.duration_s = 20.0  # how long a write usually takes, learnt as rounds go (where kills are aimed)
+        self.duration_s = {"cli": 20.0, "http": 10.0}
+        """How long a CLI write and a server job usually take, learnt as rounds go: where kills are aimed."""
         self.server: Server | None = None
         self.served_max = -1
         self.log = work / "server.log"
@@ -276,13 +278,15 @@ class Crasher:
         self.rounds += 1
         writes = self.start_writes(r)
         t0, killed, victim = time.monotonic(), False, ""
-        kill_at = self.rng.uniform(0.2, self.duration_s)
+        aim = "cli" if any(w.proc for w in writes) and self.rng.random() < 0.5 else "http"
+        kill_at = self.rng.uniform(0.2, self.duration_s[aim])
         next_sample = 0.0
         while True:
             now = time.monotonic() - t0
             running = [w for w in writes if w.outcome == "running"]
-            if not killed and (now >= kill_at or not running):
-                victim = self.kill(running, now)
+            aimed = [w for w in running if (w.proc is not None) == (aim == "cli")]
+            if not killed and (now >= kill_at or not aimed):
+                victim = self.kill(aimed if aim == "cli" else [], running, now)
                 killed = True
             if self.server is not None and self.server.proc.poll() is not None:
                 self.findings.append(f"round {r}: the server exited by itself ({self.server.proc.returncode}); "
@@ -309,16 +313,16 @@ class Crasher:
         return (f"round {r}: {len(writes)} writes, killed {victim}; "
                 f"{', '.join(f'{n} {o}' for o, n in sorted(done.items()))}; {checks}")
 
-    def kill(self, running: list[Write], now: float) -> str:
-        """SIGKILL the server or one running CLI writer (the server when none runs)."""
-        procs = [w for w in running if w.proc is not None]
-        if procs and self.rng.random() < 0.5:
+    def kill(self, procs: list[Write], running: list[Write], now: float) -> str:
+        """SIGKILL one of the CLI writers ``procs``, or the server when there is none."""
+        if procs:
             w = self.rng.choice(procs)
             os.kill(w.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
             w.killed = True
             self.kills[w.kind] += 1
             return f"{w.kind} at {now:.1f} s"
         busy = sum(1 for w in running if w.job)
+        self.kills["server mid-job"] += busy > 0
         self.kill_server()
         return f"server at {now:.1f} s ({busy} jobs unfinished)"
 
@@ -353,14 +357,16 @@ class Crasher:
             self.findings.append(f"job {w.job} ({w.kind} {','.join(w.ids)}) failed: {job.get('error')}")
 
     def acknowledge(self, w: Write) -> None:
-        w.outcome = "acknowledged"
+        w.outcome, w.ended = "acknowledged", time.monotonic()
         self.ledger.acknowledge(w.op, w.ids, w.name)
 
     def learn(self, writes: list[Write]) -> None:
-        """Aim the next kills within the usual duration of a write (a running mean of the finished ones)."""
-        took = [time.monotonic() - w.started for w in writes if w.outcome == "acknowledged"]
-        if took:
-            self.duration_s = 0.7 * self.duration_s + 0.3 * max(took)
+        """Aim the next kills within the usual duration of a write of each kind (a running mean of the longest)."""
+        for kind in self.duration_s:
+            took = [w.ended - w.started for w in writes
+                    if w.outcome == "acknowledged" and (w.proc is not None) == (kind == "cli")]
+            if took:
+                self.duration_s[kind] = 0.7 * self.duration_s[kind] + 0.3 * max(took)
 
     # -- checks ---------------------------------------------------------------------------------------------------
 
@@ -430,7 +436,9 @@ class Crasher:
         return {"beside_index": beside, "job_files_without_record": orphans}
 
     def summary(self, started: float) -> dict[str, Any]:
-        return {"rounds": self.rounds, "kills": dict(self.kills), "kills_total": sum(self.kills.values()),
+        kills = {k: n for k, n in self.kills.items() if k != "server mid-job"}
+        return {"rounds": self.rounds, "kills": kills, "kills_total": sum(kills.values()),
+                "server_kills_mid_job": self.kills["server mid-job"],
                 "writes": dict(self.writes), "acknowledged_present": len(self.ledger.present),
                 "acknowledged_absent": len(self.ledger.absent), "jobs_resumed": self.jobs_resumed,
                 "final_version": os.readlink(self.idx) if self.idx.is_symlink() else None,
@@ -484,7 +492,8 @@ def main() -> None:
     out = args.out or work / "crasher.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"{report['rounds']} rounds in {report['minutes']} min, {report['kills_total']} kills "
-          f"({', '.join(f'{k} {n}' for k, n in sorted(report['kills'].items()))}), writes "
+          f"({', '.join(f'{k} {n}' for k, n in sorted(report['kills'].items()))}; "
+          f"{report['server_kills_mid_job']} server kills with a job unfinished), writes "
           f"{', '.join(f'{k} {n}' for k, n in sorted(report['writes'].items()))}; "
           f"{len(report['findings'])} findings", flush=True)
     for f in report["findings"]:
