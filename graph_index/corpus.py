@@ -112,9 +112,10 @@ def load_corpus(
     ``known_hashes`` are treated as already present (incremental adds count them as duplicates, and as
     ``already_indexed``). Raises :class:`CorpusError` with ``file:line: reason`` on the first malformed record unless
     ``skip_bad``, and on an empty result (no passages, and none dropped as already indexed: an add of passages the
-    index holds gets an empty list and a report that counts them). A passage longer than ``max_passage_chars`` (title + text) is, by ``oversize``: an error (skipped
-    under ``skip_bad``), skipped and counted, or split into passages under the limit. Nothing that long reaches an
-    extractor: spaCy refuses texts over 1,000,000 characters and needs about 1 GB of memory per 100,000.
+    index holds gets an empty list and a report that counts them). A passage longer than ``max_passage_chars``
+    (title + text) is, by ``oversize``: an error (skipped under ``skip_bad``), skipped and counted, or split into
+    passages under the limit. Nothing that long reaches an extractor: spaCy refuses texts over 1,000,000 characters
+    and needs about 1 GB of memory per 100,000.
 
     The list holds every passage (what an update and the Ray build's driver take). :func:`iter_corpus` is the
     same reading without the list, and :func:`count_corpus` its counting pass.

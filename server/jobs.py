@@ -195,8 +195,7 @@ class JobRunner:
                                         components=self.components.get(job.index), progress=False)
             except CorpusError as exc:
                 raise CorpusError(str(exc).replace(str(upload), "body"), exc.kind) from None
-            if manifest["history"][-1].get("published", True):
-                target.reload()
+            target.reload()  # also when nothing was added: another writer may have published what this served
             return {"added": manifest["history"][-1]["added"], "duplicates": manifest["corpus"]["duplicates"],
                     "passages": manifest["counts"]["passages"]}
         ids = json.loads((folder / f"{job.id}.ids.json").read_text())
