@@ -191,7 +191,7 @@ def add_to_index(
                          op={**op, "added": len(new)})
 
 
-def _unchanged(prev: store.IndexData, op: dict[str, Any], report: LoadReport) -> dict[str, Any]:
+def _unchanged(prev: store.IndexData, op: dict[str, Any], report: LoadReport | None) -> dict[str, Any]:
     """What an update that changes nothing returns: the current manifest (nothing is published) with this call's
     corpus report and its history entry, marked unpublished, so callers report it as they report any update."""
     entry = {**op, "at": _now(), "passages": prev.counts.get("passages", 0), "published": False}
@@ -207,16 +207,22 @@ def delete_from_index(
     progress: bool = True,
     components: Components | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
+    missing_ok: bool = False,
 ) -> dict[str, Any]:
-    """Remove passages by id. Unknown ids are an error and nothing changes. Runs under the index's write lock."""
+    """Remove passages by id. Unknown ids are an error and nothing changes, unless ``missing_ok`` (a job run again,
+    or one whose ids another writer removed): then they are skipped, and when none is left nothing is published
+    (the current manifest comes back with a ``deleted: 0`` entry marked ``"published": false``, as
+    :func:`add_to_index` does). Runs under the index's write lock."""
     with _updating(index_dir, cfg, components, lock_timeout, "index delete") as (prev, _, comp, timer):
         with timer("load"):
-            wanted = set(ids)
             known = {p.id for p in prev.passages}
+            wanted = set(ids) & known if missing_ok else set(ids)
             unknown = sorted(wanted - known)
             if unknown:
                 raise KeyError(f"no passages with ids: {', '.join(unknown[:10])}"
                                + (" ..." if len(unknown) > 10 else ""))
+            if not wanted:
+                return _unchanged(prev, {"op": "delete", "deleted": 0}, None)
             keep = [i for i, p in enumerate(prev.passages) if p.id not in wanted]
             if not keep:
                 raise CorpusError("deleting these ids would leave the index empty; delete the directory instead")
