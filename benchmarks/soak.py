@@ -69,12 +69,13 @@ def ensure_index(index: Path | None) -> Path:
 class Server:
     """``routerag serve`` in a subprocess on 127.0.0.1; ready when ``/ready`` answers 200."""
 
-    def __init__(self, index: Path, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
+    def __init__(self, index: Path, env: dict[str, str], log: Path, args: tuple[str, ...] = (),
+                 port: int | None = None) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log.open("w")
+        self.log = log.open("a")
         self.proc = subprocess.Popen([sys.executable, "-m", "routerag.cli", "serve", str(index), "--host", "127.0.0.1",
-                                      "--port", str(self.port)], cwd=ROOT, env={**os.environ, **env},
+                                      "--port", str(self.port), *args], cwd=ROOT, env={**os.environ, **env},
                                      stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout_s: float = 900) -> float:

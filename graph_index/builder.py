@@ -168,11 +168,18 @@ def add_to_index(
 ) -> dict[str, Any]:
     """Add the passages of ``corpus_paths`` to an existing index (duplicates of indexed passages are skipped).
 
-    The index is read under its write lock, so concurrent updates apply one after the other and none is lost."""
+    Returns the new version's manifest, whose last ``history`` entry says how many were ``added``. When every
+    passage is already indexed nothing is written (no new version: a rebuild would equal the current one) and the
+    current manifest comes back with this call's corpus report and an ``added: 0`` entry marked
+    ``"published": false``. The index is read under its write lock, so concurrent updates apply one after the other
+    and none is lost."""
+    op = {"op": "add", "corpus": [str(p) for p in corpus_paths]}
     with _updating(index_dir, cfg, components, lock_timeout, "index add") as (prev, cfg, comp, timer):
         with timer("load"):
             old = prev.passages
             new, report = load_corpus(corpus_paths, known_hashes=[p.hash for p in old], **cfg.corpus.model_dump())
+            if not new:
+                return _unchanged(prev, {**op, "added": 0}, report)
             clash = {p.id for p in old} & {p.id for p in new}
             if clash:
                 raise CorpusError(f"ids already in the index with different content: {', '.join(sorted(clash)[:10])}")
@@ -181,7 +188,15 @@ def add_to_index(
             new_results, ostats = _extract(comp, new, preset, progress=progress)
         return _assemble(old + new, prev.openie + new_results, comp, prev.root, timer, previous=prev, force=True,
                          progress=progress, report=report, ostats=ostats,
-                         op={"op": "add", "corpus": [str(p) for p in corpus_paths], "added": len(new)})
+                         op={**op, "added": len(new)})
+
+
+def _unchanged(prev: store.IndexData, op: dict[str, Any], report: LoadReport | None) -> dict[str, Any]:
+    """What an update that changes nothing returns: the current manifest (nothing is published) with this call's
+    corpus report and its history entry, marked unpublished, so callers report it as they report any update."""
+    entry = {**op, "at": _now(), "passages": prev.counts.get("passages", 0), "published": False}
+    return {**prev.manifest, "corpus": _corpus_summary(report),
+            "history": [*prev.manifest.get("history", []), entry]}
 
 
 def delete_from_index(
@@ -192,16 +207,22 @@ def delete_from_index(
     progress: bool = True,
     components: Components | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
+    missing_ok: bool = False,
 ) -> dict[str, Any]:
-    """Remove passages by id. Unknown ids are an error and nothing changes. Runs under the index's write lock."""
+    """Remove passages by id. Unknown ids are an error and nothing changes, unless ``missing_ok`` (a job run again,
+    or one whose ids another writer removed): then they are skipped, and when none is left nothing is published
+    (the current manifest comes back with a ``deleted: 0`` entry marked ``"published": false``, as
+    :func:`add_to_index` does). Runs under the index's write lock."""
     with _updating(index_dir, cfg, components, lock_timeout, "index delete") as (prev, _, comp, timer):
         with timer("load"):
-            wanted = set(ids)
             known = {p.id for p in prev.passages}
+            wanted = set(ids) & known if missing_ok else set(ids)
             unknown = sorted(wanted - known)
             if unknown:
                 raise KeyError(f"no passages with ids: {', '.join(unknown[:10])}"
                                + (" ..." if len(unknown) > 10 else ""))
+            if not wanted:
+                return _unchanged(prev, {"op": "delete", "deleted": 0}, None)
             keep = [i for i, p in enumerate(prev.passages) if p.id not in wanted]
             if not keep:
                 raise CorpusError("deleting these ids would leave the index empty; delete the directory instead")
@@ -416,6 +437,7 @@ def _corpus_summary(report: LoadReport | None) -> dict[str, Any]:
     if report is None:
         return {}
     return {"files": report.files, "records": report.records, "duplicates": report.duplicates,
+            "already_indexed": report.already_indexed,
             "skipped": len(report.skipped), "skipped_by_kind": dict(sorted(report.skipped_by_kind.items())),
             "skipped_examples": report.skipped[:5], "split": report.split}
 

@@ -69,6 +69,10 @@ class LoadReport:
     files: list[str] = field(default_factory=list)
     records: int = 0
     duplicates: int = 0
+    """Passages dropped as exact duplicates: of an earlier record, or of a passage already indexed."""
+    already_indexed: int = 0
+    """Of those, the duplicates of a passage the index already holds (``known_hashes``): an update that finds only
+    these has nothing to do, which is not an empty corpus."""
     skipped: list[str] = field(default_factory=list)
     """``file:line: reason`` for each record skipped (under ``skip_bad``, or oversize with ``oversize="skip"``)."""
     skipped_by_kind: Counter[str] = field(default_factory=Counter)
@@ -105,11 +109,13 @@ def load_corpus(
 ) -> tuple[list[Passage], LoadReport]:
     """Load passages from one or more files, dropping exact duplicates (by content hash).
 
-    ``known_hashes`` are treated as already present (incremental adds count them as duplicates). Raises
-    :class:`CorpusError` with ``file:line: reason`` on the first malformed record unless ``skip_bad``, and on an
-    empty result. A passage longer than ``max_passage_chars`` (title + text) is, by ``oversize``: an error (skipped
-    under ``skip_bad``), skipped and counted, or split into passages under the limit. Nothing that long reaches an
-    extractor: spaCy refuses texts over 1,000,000 characters and needs about 1 GB of memory per 100,000.
+    ``known_hashes`` are treated as already present (incremental adds count them as duplicates, and as
+    ``already_indexed``). Raises :class:`CorpusError` with ``file:line: reason`` on the first malformed record unless
+    ``skip_bad``, and on an empty result (no passages, and none dropped as already indexed: an add of passages the
+    index holds gets an empty list and a report that counts them). A passage longer than ``max_passage_chars``
+    (title + text) is, by ``oversize``: an error (skipped under ``skip_bad``), skipped and counted, or split into
+    passages under the limit. Nothing that long reaches an extractor: spaCy refuses texts over 1,000,000 characters
+    and needs about 1 GB of memory per 100,000.
 
     The list holds every passage (what an update and the Ray build's driver take). :func:`iter_corpus` is the
     same reading without the list, and :func:`count_corpus` its counting pass.
@@ -132,7 +138,7 @@ def count_corpus(paths: Iterable[str | Path], **options: Any) -> tuple[int, Load
 
 
 def _check_not_empty(n: int, report: LoadReport) -> None:
-    if not n:
+    if not n and not report.already_indexed:
         names = ", ".join(report.files) or "(no files)"
         detail = f" ({len(report.skipped)} malformed records skipped)" if report.skipped else ""
         raise CorpusError(f"empty corpus: no passages in {names}{detail}", "empty")
@@ -153,7 +159,8 @@ def iter_corpus(
     plus the duplicate check's hashes and ids (about 150 bytes per passage), not by the file. A JSON array or
     object file is read whole first (its elements are then parsed one by one).
     """
-    seen_hashes = set(known_hashes)
+    known = set(known_hashes)
+    seen_hashes: set[str] = set()
     seen_ids: dict[str, str] = {}
     for path in paths:
         p = Path(path)
@@ -170,8 +177,9 @@ def iter_corpus(
                 continue
             report.split += len(pieces) > 1
             for piece in pieces:
-                if piece.hash in seen_hashes:
+                if piece.hash in known or piece.hash in seen_hashes:
                     report.duplicates += 1
+                    report.already_indexed += piece.hash in known
                     continue
                 other = seen_ids.get(piece.id)
                 if other is not None:

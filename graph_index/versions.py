@@ -103,12 +103,33 @@ def resolve(root: Path) -> Path:
     if root.is_symlink():
         target = root.resolve()
         if not target.is_dir():
-            raise IndexFormatError(f"{root}: links to {os.readlink(root)}, which is missing; "
-                                   "restore it or rebuild the index", root)
+            raise IndexFormatError(dangling_message(root), root)
         return target
     if root.exists():
         return root
     return _moving_to(root) or root
+
+
+def dangling_message(root: Path) -> str:
+    """What a link to a missing version means, and what to do: most often the index was copied with ``cp -r`` or
+    ``tar``, which copy the link and not the hidden version directory it names."""
+    link = os.readlink(root)
+    own = link.startswith(f".{root.name}.v") and link[len(root.name) + 3:].isdigit()
+    why = (f"an index is a link to a hidden version directory beside it ({link}), so this is most likely a copy "
+           "made with `cp -r` or `tar`, which copy the link and not the data" if own else
+           "the link's target was moved or removed")
+    return (f"{root}: links to {link}, which is missing ({root.parent / link} does not exist); {why}. Copy an index "
+            "with `routerag index snapshot INDEX DEST` and `routerag index restore SNAPSHOT INDEX`; restore it from a "
+            "snapshot or rebuild it")
+
+
+def shared_with(root: Path) -> Path | None:
+    """The other index whose version ``root`` links to, if any: what ``cp -r`` of an index makes in the same folder
+    (a link that resolves, to the original's data). Changing a file through one changes the other."""
+    if not root.is_symlink() or current(root) is not None:
+        return None
+    owner = owner_of(root.parent / os.readlink(root))
+    return owner if owner is not None and owner.absolute() != root.absolute() else None
 
 
 def open_version(root: Path, *, attempts: int = 5) -> tuple[Path, int | None]:
@@ -196,13 +217,13 @@ def publish(root: Path, tmp: Path) -> tuple[Path, Path | None]:
     if legacy:
         previous, n = version_dir(root, n), n + 1  # the plain directory becomes version n, the new one n + 1
     new = version_dir(root, n)
-    _fsync_dir(tmp)  # the files' names inside it, before it is published
+    fsync_dir(tmp)  # the files' names inside it, before it is published
     os.rename(tmp, new)
     if legacy:
         _swap_in_for_directory(root, new, previous)  # type: ignore[arg-type]
     else:
         _link(root, new)
-    _fsync_dir(root.parent)
+    fsync_dir(root.parent)
     return new, previous
 
 
@@ -282,7 +303,7 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def _fsync_dir(d: Path) -> None:
+def fsync_dir(d: Path) -> None:
     """Make the renames in ``d`` durable (a power cut after this cannot bring the old link back)."""
     fd = os.open(d, os.O_RDONLY)
     try:

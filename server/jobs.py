@@ -208,20 +208,16 @@ class JobRunner:
                 manifest = add_to_index(target.path, [upload], self.settings,
                                         components=self.components.get(job.index), progress=False)
             except CorpusError as exc:
-                if exc.kind != "empty":  # (an empty upload was refused at submission: empty = all already indexed)
-                    raise CorpusError(str(exc).replace(str(upload), "body"), exc.kind) from None
-                return {"added": 0, "duplicates": job.counts.get("uploaded", 0),
-                        "passages": len(target.passages())}
-            target.reload()
+                raise CorpusError(str(exc).replace(str(upload), "body"), exc.kind) from None
+            target.reload()  # also when nothing was added: another writer may have published what this served
             return {"added": manifest["history"][-1]["added"], "duplicates": manifest["corpus"]["duplicates"],
                     "passages": manifest["counts"]["passages"]}
         ids = json.loads((folder / f"{job.id}.ids.json").read_text())
-        present = sorted(set(ids) & {p.id for p in target.passages()})  # a resumed job: what is still there
-        if present:
-            delete_from_index(target.path, present, self.settings, components=self.components.get(job.index),
-                              progress=False)
-            target.reload()
-        return {"deleted": len(present), "passages": len(target.passages())}
+        # what is still there when the write lock is held (a resumed job, or another writer, may have removed some)
+        manifest = delete_from_index(target.path, ids, self.settings, components=self.components.get(job.index),
+                                     progress=False, missing_ok=True)
+        target.reload()  # also when nothing was left to delete: the served version may predate another writer's
+        return {"deleted": manifest["history"][-1]["deleted"], "passages": manifest["counts"]["passages"]}
 
     # -- records --------------------------------------------------------------------------------------------------
 

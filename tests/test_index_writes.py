@@ -378,3 +378,26 @@ def test_embedding_shows_one_bar_over_the_whole_stage(tmp_path: Path, monkeypatc
     shown = [b for b in RecordingBar.made if not b.disable]
     assert len(shown) == 1 and shown[0].total == 5000 and shown[0].n == 5000
     assert out.shape == (5000, 8) and np.allclose(out[1000], FakeEmbedder().encode([keys[1000]], progress=False)[0])
+
+
+# -- an add of passages already indexed (issue 34, item 9) ------------------------------------------------------
+
+def test_adding_only_passages_already_indexed_is_a_no_op_not_an_empty_corpus(work: Path, monkeypatch) -> None:
+    """The CLI reports ``0 added`` and the duplicates, exits 0 and publishes nothing (the HTTP job says the same:
+    test_ingestion); an empty file is still an empty corpus; a mixed file adds its new passages."""
+    monkeypatch.setenv("ROUTERAG_CACHE_DIR", str(work / "cache"))
+    idx, runner = work / "idx", CliRunner()
+    res = runner.invoke(app, ["index", "add", str(idx), str(work / "a.jsonl")])
+    assert res.exit_code == 0, res.output
+    assert "0 added, 3 duplicates (3 already indexed)" in res.output and "unchanged" in res.output
+    assert "empty corpus" not in res.output
+    assert sorted(versions.versions(idx)) == [1] and n_passages(idx) == 3  # nothing was published
+
+    (work / "empty.jsonl").write_text("\n")
+    res = runner.invoke(app, ["index", "add", str(idx), str(work / "empty.jsonl")])
+    assert res.exit_code == 2 and "empty corpus" in res.output
+
+    write_jsonl(work / "mixed.jsonl", [*read_jsonl(work / "a.jsonl")[:2], *read_jsonl(work / "b1.jsonl")])
+    res = runner.invoke(app, ["index", "add", str(idx), str(work / "mixed.jsonl"), "--openie-results", str(OIE)])
+    assert res.exit_code == 0, res.output
+    assert "1 added, 2 duplicates (2 already indexed)" in res.output and n_passages(idx) == 4

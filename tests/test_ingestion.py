@@ -250,3 +250,29 @@ def test_a_server_killed_mid_job_serves_the_last_version_and_resumes_the_job(fre
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_a_job_that_adds_nothing_new_serves_what_another_writer_published(fresh_index: Path, tmp_path: Path,
+                                                                          minilm, spacy_extractor) -> None:
+    """Issue 34, item 9: passages already indexed are ``added 0, duplicates N`` (not an empty corpus), and a job
+    that says ``done`` has its passages served, even when another writer (``routerag index add``) put them there;
+    likewise a delete of ids another writer already removed is ``deleted 0``, not a failed job."""
+    from graph_index.builder import add_to_index, delete_from_index
+
+    app, _ = make_app({"idx": fresh_index}, minilm, spacy_extractor)
+    (tmp_path / "new.jsonl").write_bytes(jsonl(NEW))
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=60) as c:
+        cfg = Settings(cache_dir=fresh_index.parent / "cache")
+        add_to_index(fresh_index, [tmp_path / "new.jsonl"], cfg, progress=False,
+                     components=Components(cfg, embedder=minilm, extractor=spacy_extractor))
+        assert c.get("/indexes").json()["indexes"][0]["passages"] == 10  # the server still serves its version
+        r = c.post("/documents", content=jsonl(NEW), headers={"Content-Type": "application/x-ndjson"})
+        assert r.status_code == 202, r.text
+        assert wait_job(c, r.json()["job"])["counts"] == {"records": 3, "uploaded": 3, "added": 0, "duplicates": 3,
+                                                          "passages": 13}
+        assert c.get("/indexes").json()["indexes"][0]["passages"] == 13
+        delete_from_index(fresh_index, ["new-1"], cfg, progress=False, components=Components(cfg, embedder=minilm))
+        r = c.post("/documents/delete", json={"ids": ["new-1"]})  # the server still serves new-1: accepted
+        assert r.status_code == 202, r.text
+        assert wait_job(c, r.json()["job"])["counts"] == {"requested": 1, "deleted": 0, "passages": 12}
+        assert c.get("/indexes").json()["indexes"][0]["passages"] == 12

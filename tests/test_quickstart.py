@@ -37,7 +37,8 @@ def quickstart_commands() -> list[str]:
 
 def test_the_quickstart_has_the_commands_a_user_needs() -> None:
     cmds = " ".join(quickstart_commands())
-    for sub in ("build-graph", "info", "search", "ask", "serve", "eval", "index add", "index delete"):
+    for sub in ("build-graph", "info", "search", "ask", "serve", "eval", "index add", "index delete",
+                "index snapshot", "index restore"):
         assert f"routerag {sub}" in cmds, sub
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -11,7 +12,7 @@ from rich.table import Table
 from graph_index.lock import DEFAULT_LOCK_TIMEOUT_S
 
 from ..config import Settings, load_settings
-from .common import (ConfigOpt, JsonOpt, UsageError, VerboseOpt, console, handle_errors, print_json,
+from .common import (ConfigOpt, JsonOpt, UsageError, VerboseOpt, console, err_console, handle_errors, print_json,
                      setup_logging)
 
 SkipBadOpt = Annotated[bool, typer.Option(
@@ -25,12 +26,21 @@ LockTimeoutOpt = Annotated[float, typer.Option(
 CacheDirOpt = Annotated[Optional[Path], typer.Option(help="Cache of OpenIE and embeddings.")]
 
 
+INDEX_HELP = """Change an existing index without a full rebuild, and copy it (snapshot, restore).
+
+An index path is a link to a hidden version directory beside it (indexes/sample -> .sample.v0003): `cp -r` or `tar`
+of the path copies only the link, which dangles in its new place. Copy an index with `index snapshot` (one
+self-contained, verified file) and `index restore`."""
+
+
 def register(app: typer.Typer) -> None:
     app.command("build-graph")(build_graph_cmd)
     app.command("info")(info_cmd)
-    index_app = typer.Typer(help="Change an existing index without a full rebuild.", no_args_is_help=True)
+    index_app = typer.Typer(help=INDEX_HELP, no_args_is_help=True)
     index_app.command("add")(index_add_cmd)
     index_app.command("delete")(index_delete_cmd)
+    index_app.command("snapshot")(index_snapshot_cmd)
+    index_app.command("restore")(index_restore_cmd)
     app.add_typer(index_app, name="index")
 
 
@@ -155,6 +165,51 @@ def index_delete_cmd(
 
 
 @handle_errors
+def index_snapshot_cmd(
+    index: Annotated[Path, typer.Argument(help="Index directory (the link).")],
+    dest: Annotated[Path, typer.Argument(help="A folder (the file is named INDEX.vNNNN.TIME.snapshot.tar) or a "
+                                              "FILE.tar; created if missing.")],
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing snapshot file.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write the index's current version into one self-contained snapshot file (like Qdrant's snapshots): the way
+    to back up or copy an index (`cp -r` copies only its link). Every file's sha256 is checked against the
+    manifest while it is copied; the file appears complete or not at all, and writers may go on meanwhile."""
+    from graph_index.snapshot import write_snapshot
+
+    header = write_snapshot(index, dest, force=force)
+    if json_out:
+        print_json(header)
+        return
+    console.print(f"[bold green]snapshot[/] {header['path']}: {index} {header['version']}, {header['passages']:,} "
+                  f"passages, {len(header['files'])} files, {header['bytes'] / 2**20:,.1f} MiB, sha256 verified",
+                  highlight=False)
+
+
+@handle_errors
+def index_restore_cmd(
+    snapshot: Annotated[Path, typer.Argument(help="A snapshot file (`routerag index snapshot`).")],
+    index: Annotated[Path, typer.Argument(help="Index directory to restore into (created if absent).")],
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing index (as a new version of it).")] = False,
+    lock_timeout: LockTimeoutOpt = DEFAULT_LOCK_TIMEOUT_S,
+    json_out: JsonOpt = False,
+) -> None:
+    """Restore a snapshot as the index's next version, under its write lock: every file is checked against the
+    snapshot's list and the manifest before the version is published, so a truncated or damaged snapshot is
+    refused and the index is left as it was. A running server keeps its version until restarted."""
+    from graph_index.snapshot import restore_snapshot
+
+    manifest = restore_snapshot(snapshot, index, force=force, lock_timeout=lock_timeout)
+    if json_out:
+        print_json(manifest)
+        return
+    src = manifest["restored"]["source"]
+    console.print(f"[bold green]restored[/] {index} ({manifest['restored']['version']}) from {snapshot}: "
+                  f"{manifest['counts']['passages']:,} passages, snapshot of {src['index']} {src['version']} taken "
+                  f"{src['created']}; verified", highlight=False)
+
+
+@handle_errors
 def info_cmd(
     index: Annotated[Path, typer.Argument(help="Index directory.")],
     top: Annotated[int, typer.Option(help="How many hub entities to list.")] = 10,
@@ -171,7 +226,12 @@ def info_cmd(
 
     from graph_index.graph import graph_stats
     from graph_index.store import IndexData
+    from graph_index.versions import shared_with
 
+    if (other := shared_with(index)) is not None:
+        err_console.print(f"[bold yellow]warning:[/] {index} links to {os.readlink(index)}, a version of {other}: it is "
+                          f"the same files, not a copy (as `cp -r` makes); changing a file changes {other} too. Copy "
+                          "an index with `routerag index snapshot` and `routerag index restore`.", highlight=False)
     with IndexData(index) as data:
         data.check()
         verified = None
@@ -223,7 +283,16 @@ def _report(manifest: dict[str, Any], out: Path, verb: str, json_out: bool) -> N
     c = manifest["counts"]
     corpus = manifest.get("corpus") or {}
     oie = manifest.get("openie") or {}
-    console.print(f"[bold green]{verb}[/] {out}")
+    last = (manifest.get("history") or [{}])[-1]
+    published = last.get("published", True)
+    console.print(f"[bold green]{verb}[/] {out}" if published else
+                  f"[bold]unchanged[/] {out}: every passage is already indexed, no new version written")
+    if last.get("op") == "add" and verb == "updated":
+        console.print(f"{last.get('added', 0)} added, {corpus.get('duplicates', 0)} duplicates "
+                      f"({corpus.get('already_indexed', 0)} already indexed); the index holds {c['passages']:,} "
+                      "passages", highlight=False)
+    if not published:
+        return  # the manifest's timings and counts are the current version's, reported when it was written
     summary = {
         "passages": c["passages"],
         "entities": c["entities"],
