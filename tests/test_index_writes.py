@@ -395,7 +395,7 @@ def test_adding_only_passages_already_indexed_is_a_no_op_not_an_empty_corpus(wor
 
     (work / "empty.jsonl").write_text("\n")
     res = runner.invoke(app, ["index", "add", str(idx), str(work / "empty.jsonl")])
-    assert res.exit_code == 2 and "empty corpus" in res.output
+    assert res.exit_code == 1 and "empty corpus" in res.output
 
     write_jsonl(work / "mixed.jsonl", [*read_jsonl(work / "a.jsonl")[:2], *read_jsonl(work / "b1.jsonl")])
     res = runner.invoke(app, ["index", "add", str(idx), str(work / "mixed.jsonl"), "--openie-results", str(OIE)])
