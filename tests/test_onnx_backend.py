@@ -111,3 +111,27 @@ def test_a_failed_export_leaves_nothing_under_the_real_name(tmp_path: Path) -> N
     with pytest.raises(RuntimeError, match="export"):
         export_model(tmp_path / "hf", target, "float32")
     assert not target.exists() and list((tmp_path / "out").iterdir()) == []
+
+
+def test_refresh_decodes_with_the_updated_weights(onnx_gen, tmp_path: Path) -> None:
+    """A trainer's engine (``export_dir``): after the torch weights change, ``refresh`` re-exports the router and
+    greedy decoding follows the new weights exactly as eager does; the base weights' engine is left as it was."""
+    import copy
+
+    import torch
+
+    from routerag.policy.backends.onnx_backend import OnnxGenerator
+
+    model = copy.deepcopy(onnx_gen.model)
+    gen = OnnxGenerator(GeneratorConfig(engine="onnx"), model=model, tokenizer=onnx_gen.tokenizer,
+                        export_dir=tmp_path / "engine")
+    base_engine = gen._engines[False]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(4.0)
+    gen.refresh()
+    reqs = [GenerationRequest(t, ids, 24, STOP, temperature=0.0) for t, ids in _prompts(gen, 2)]
+    fast = [g.token_ids for g in gen.generate_batch(reqs)]
+    assert fast == [g.token_ids for g in _eager(gen, reqs, True)]
+    assert gen._engines[False] is base_engine and (tmp_path / "engine" / "router" / "genai_config.json").is_file()
