@@ -28,8 +28,7 @@ from routerag.config import GeneratorConfig, Settings, TrainConfig
 from routerag.datasets import QAItem
 from routerag.policy import LoopConfig, PolicyLoop, Trajectory
 from routerag.policy.card import PolicyCard, card_for, training_policy
-from routerag.policy.backends import reader_model
-from routerag.policy.backends.transformers_backend import TransformersGenerator
+from routerag.policy.backends import in_process_generator, reader_model
 from routerag.policy.search import LocalSearch
 from routerag.retrieval import Retriever
 
@@ -73,11 +72,16 @@ class LocalGRPOTrainer:
         if not params:
             raise ValueError("the model has no trainable parameters")
         self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr)
-        gen_cfg = GeneratorConfig(model=self.cfg.model, temperature=self.cfg.temperature, max_batch=32)
+        served = settings.policy.generator
+        gen_cfg = GeneratorConfig(model=self.cfg.model, temperature=self.cfg.temperature, max_batch=32,
+                                  engine=served.engine, precision=served.precision)
         # stage 2 rewards retrieval time: with isolate_retrieval a search never runs while a generation batch holds
         # the cores, so the time rewarded is the search's own, not whatever the model was doing meanwhile
         exclusive = threading.Lock() if self.cfg.isolate_retrieval else None
-        self.generator = TransformersGenerator(gen_cfg, model=self.model, tokenizer=self.tokenizer, exclusive=exclusive)
+        # rollouts decode on the fast engine where it runs (its copy of the weights is refreshed after every
+        # optimiser step); the log-probabilities of the update are the torch model's own, as verl's actor computes
+        self.generator = in_process_generator(gen_cfg, model=self.model, tokenizer=self.tokenizer,
+                                              exclusive=exclusive, export_dir=self.out / "engine")
         self.retriever = retriever or Retriever(index, settings.retrieval)
         # the loop of the policy being trained: [train]'s settings, else [policy]'s, else the warm start's card; the
         # reader the policy will be served with reads in the rollouts too, so the reward sees what a user gets
@@ -94,6 +98,8 @@ class LocalGRPOTrainer:
             self.cost_table = load_or_measure(self.out, self.retriever, queries, self.policy.loop["k"])
             log.info("retrieval cost table (ms per search): %s", self.cost_table["ms"])
         self._resume()
+        if self.step and getattr(self.generator, "refresh", None) is not None:
+            self.generator.refresh()  # the engine's copy was exported before the checkpoint's weights were loaded
 
     def card(self) -> PolicyCard:
         """What the trained policy expects of the loop that serves it (written beside every checkpoint)."""
@@ -159,6 +165,11 @@ class LocalGRPOTrainer:
         t1 = time.perf_counter()
         stats = self.update(seqs, adv, groups)
         t_update = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        refresh = getattr(self.generator, "refresh", None)
+        if refresh is not None:  # the engine decodes a copy of the weights: give it the updated ones
+            refresh()
+        t_refresh = time.perf_counter() - t2
         self.step = step
         modes = Counter(m for r in rollouts for m in r.modes)
         n_search = sum(modes.values())
@@ -176,7 +187,7 @@ class LocalGRPOTrainer:
             "mode_mix": {m: round(c / n_search, 4) for m, c in modes.items()} if n_search else {},
             "response_tokens": float(np.mean([s.policy_tokens for s in seqs])),
             **stats,
-            "rollout_s": round(t_roll, 2), "update_s": round(t_update, 2),
+            "rollout_s": round(t_roll, 2), "update_s": round(t_update, 2), "refresh_s": round(t_refresh, 2),
         }
         with open(self.out / METRICS, "a", encoding="utf-8") as f:
             f.write(json.dumps(metrics) + "\n")

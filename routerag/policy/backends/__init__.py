@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
 from ...config import GeneratorConfig
 from ...vocabulary import ReaderKind
 from ..types import Generator
 
+log = logging.getLogger(__name__)
+
 
 def make_generator(cfg: GeneratorConfig) -> Generator:
     if cfg.backend == "transformers":
-        from .transformers_backend import TransformersGenerator
-
-        return TransformersGenerator(cfg)
+        return in_process_generator(cfg)
     if cfg.backend == "openai":
         from .openai_backend import OpenAIGenerator
 
@@ -37,3 +42,30 @@ def reader_model(reader: ReaderKind, policy: Generator, answer_generator: Genera
             raise ValueError("policy.reader = 'generator' needs a [policy.answer_generator]")
         return make_generator(answer_generator)
     return None
+
+
+def in_process_generator(cfg: GeneratorConfig, *, model: Any = None, tokenizer: Any = None,
+                         exclusive: threading.Lock | None = None, export_dir: Path | None = None) -> Any:
+    """The in-process policy: decoded by ONNX Runtime GenAI where ``cfg.engine`` allows it and it can run (several
+    times faster on a CPU), else by eager transformers, saying why in one log line. ``export_dir``: a trainer's
+    folder for the engine's copy of weights that change (no cache)."""
+    from .transformers_backend import TransformersGenerator, load_model_and_tokenizer
+
+    if model is None:
+        model, tokenizer = load_model_and_tokenizer(cfg.model, adapter=cfg.adapter, device=cfg.device,
+                                                    dtype=cfg.dtype)
+    from .onnx_backend import OnnxGenerator, engine_unavailable_reason
+
+    why = engine_unavailable_reason(cfg, model)
+    if why is not None and cfg.engine == "onnx":
+        raise RuntimeError(f"policy.generator.engine = onnx cannot run: {why}")
+    if why is None:
+        try:
+            return OnnxGenerator(cfg, model=model, tokenizer=tokenizer, exclusive=exclusive, export_dir=export_dir)
+        except Exception as e:  # an architecture the exporter does not know, a full disk, ...
+            if cfg.engine == "onnx":
+                raise
+            why = f"the ONNX export failed: {e}"
+    if cfg.engine != "transformers":
+        log.warning("the policy decodes with eager transformers: %s", why)
+    return TransformersGenerator(cfg, model=model, tokenizer=tokenizer, exclusive=exclusive)

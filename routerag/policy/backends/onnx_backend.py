@@ -1,0 +1,326 @@
+"""The in-process policy decoded by ONNX Runtime GenAI: the same model, adapter merged, several times faster than
+eager transformers on a CPU (docs/benchmarks.md, ``benchmarks/generation_bench.py``).
+
+Eager ``generate`` spends most of a token's time on per-operation overhead (hundreds of small torch calls, the LoRA
+adapter's extra matrix products, the logits processors), not on reading the weights. ONNX Runtime GenAI runs the
+whole decoder as one graph with a KV cache shared in place. The model is exported once by the package's own builder
+from a transformers folder (the LoRA adapter merged into the weights), into the cache directory, atomically.
+
+The torch model stays loaded: it checks requests, serves those the engine cannot take, and is what the trainers
+update; :meth:`OnnxGenerator.refresh` re-exports it after an optimiser step. Decoding is driven from here one token
+at a time (``append_tokens``/``get_logits``): greedy or temperature/top-p sampling, per-sequence stop strings and
+token limits, and log-probabilities, all from the full logits of each step, so a logits processor or a constraint
+can be applied in :meth:`OnnxGenerator._choose`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...config import GeneratorConfig
+from ..types import Generation, GenerationRequest
+from .transformers_backend import TransformersGenerator
+
+log = logging.getLogger(__name__)
+
+ENGINE_PACKAGE = "onnxruntime_genai"
+BUILDER = "onnxruntime_genai.models.builder"
+STOP_TAIL_TOKENS = 24
+"""Tokens decoded at the end of a sequence to look for its stop strings each step (a stop string spans a few)."""
+
+
+def engine_installed() -> bool:
+    """Whether ONNX Runtime GenAI and its exporter's one extra dependency (onnx-ir) are importable."""
+    return all(importlib.util.find_spec(m) is not None for m in (ENGINE_PACKAGE, "onnx_ir"))
+
+
+MIN_ENGINE_PARAMETERS = 10_000_000
+"""``engine = auto`` leaves smaller models (the tests' tiny random ones) to eager decoding: their export, tens of
+seconds in a child process, and a trainer's re-export after every step cost more than their decoding."""
+
+
+def engine_unavailable_reason(cfg: GeneratorConfig, model: Any) -> str | None:
+    """Why ``cfg.engine`` decodes ``model`` eagerly (None: it uses ONNX Runtime GenAI)."""
+    if cfg.engine == "transformers":
+        return "policy.generator.engine = transformers"
+    if not engine_installed():
+        return "onnxruntime-genai is not installed (pip install onnxruntime-genai onnx-ir)"
+    device = str(next(model.parameters()).device)
+    if not device.startswith("cpu"):
+        return f"the model runs on {device}; the ONNX engine is for CPU decoding"
+    n = sum(p.numel() for p in model.parameters())
+    if cfg.engine == "auto" and n < MIN_ENGINE_PARAMETERS:
+        return f"a model of {n:,} parameters decodes faster than it exports"
+    return None
+
+
+def export_model(hf_folder: Path, target: Path, precision: str) -> Path:
+    """Export a transformers folder to an ONNX Runtime GenAI folder ``target``, atomically: built beside it under a
+    temporary name, then renamed (a crash leaves no half-written model under the real name). The builder runs in a
+    child process: it loads its own copy of the weights and frees it when it exits."""
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    cmd = [sys.executable, "-m", BUILDER, "-i", str(hf_folder), "-o", str(tmp), "-e", "cpu",
+           "-p", {"float32": "fp32", "int4": "int4"}[precision], "-c", str(tmp / "_cache")]
+    if precision == "int4":
+        cmd += ["--extra_options", "int4_accuracy_level=4"]  # int8 activations: the fast CPU kernel
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
+    if done.returncode != 0 or not (tmp / "genai_config.json").is_file():
+        shutil.rmtree(tmp, ignore_errors=True)
+        tail = (done.stderr or done.stdout)[-1500:]
+        raise RuntimeError(f"exporting {hf_folder} to ONNX Runtime GenAI failed (exit {done.returncode}): {tail}")
+    shutil.rmtree(tmp / "_cache", ignore_errors=True)
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
+    return target
+
+
+def save_merged(model: Any, tokenizer: Any, folder: Path, adapter: bool = True) -> Path:
+    """Write ``model`` as a plain transformers folder: a PEFT model with its LoRA merged into a copy of the weights
+    (``adapter``) or its base weights alone; the model itself is left as it was."""
+    if hasattr(model, "peft_config"):
+        plain = copy.deepcopy(model)
+        plain = plain.merge_and_unload() if adapter else plain.unload()
+    else:
+        plain = model
+    folder.mkdir(parents=True, exist_ok=True)
+    plain.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def weights_fingerprint(model: Any, precision: str) -> str:
+    """A short hash of the weights and the export's settings: the cache key of an exported model (a changed adapter
+    or base model gets a new export; the same one is found again)."""
+    import onnxruntime_genai
+
+    h = hashlib.sha256(f"{precision}|{onnxruntime_genai.__version__}".encode())
+    for name, p in sorted(model.state_dict().items()):
+        t = p.detach().float().contiguous().cpu()
+        h.update(name.encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class OnnxModel:
+    """One exported model loaded into ONNX Runtime GenAI, with the pad id its batches use."""
+
+    def __init__(self, folder: Path, threads: int) -> None:
+        import onnxruntime_genai as og
+
+        cfg = json.loads((folder / "genai_config.json").read_text())
+        vocab = int(cfg["model"]["vocab_size"])
+        # padding is recognised by the pad id; the highest id is padding here, and a prompt that holds it is
+        # decoded by the torch model instead (OnnxGenerator.engine_can_take)
+        self.pad_id = vocab - 1
+        self.vocab = vocab
+        self.context = int(cfg["model"].get("context_length") or 8192)
+        config = og.Config(str(folder))
+        config.overlay(json.dumps({"model": {"pad_token_id": self.pad_id,
+                                             "decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
+        self.model = og.Model(config)
+        self.folder = folder
+
+
+class OnnxGenerator(TransformersGenerator):
+    """The transformers backend with its decoding done by ONNX Runtime GenAI (``policy.generator.engine``)."""
+
+    def __init__(self, cfg: GeneratorConfig | None = None, *, model: Any = None, tokenizer: Any = None,
+                 exclusive: threading.Lock | None = None, export_dir: Path | None = None) -> None:
+        super().__init__(cfg, model=model, tokenizer=tokenizer, exclusive=exclusive)
+        self.name = self.name.replace("transformers:", "onnx:", 1) + f" ({self.cfg.precision})"
+        self.export_dir = export_dir
+        self._engines: dict[bool, OnnxModel] = {}
+        self._lock = threading.Lock()
+        self.load_engines()
+
+    # -- the exported models ----------------------------------------------------------------------------------------
+
+    def load_engines(self, adapters: tuple[bool, ...] | None = None) -> None:
+        """Export (or find in the cache) and load the router with its adapter merged (``True``) and, for a LoRA
+        model, its base weights for the reader (``False``). A trainer's router (``export_dir``) changes every step
+        and is exported without the cache; the frozen base weights are cached."""
+        import torch
+
+        from ...config import default_model_dir
+
+        threads = torch.get_num_threads()
+        if adapters is None:
+            adapters = (True, False) if self.has_adapter else (True,)
+        engines = dict(self._engines)
+        for adapter in adapters:
+            if self.export_dir is not None and adapter:
+                target = self.export_dir / "router"
+            else:
+                key = weights_fingerprint(self._view(adapter), self.cfg.precision)
+                target = default_model_dir() / "onnx-genai" / f"{key}-{self.cfg.precision}"
+            if not (target / "genai_config.json").is_file() or (self.export_dir is not None and adapter):
+                self._export(adapter, target)
+            engines[adapter] = OnnxModel(target, threads)
+        with self._lock:
+            self._engines = engines
+
+    def _view(self, adapter: bool) -> Any:
+        if adapter or not self.has_adapter:
+            return self.model
+        return _BaseWeights(self.model)
+
+    def _export(self, adapter: bool, target: Path) -> None:
+        log.info("exporting the policy%s to ONNX Runtime GenAI (%s) into %s",
+                 "" if adapter else "'s base weights", self.cfg.precision, target)
+        staging = target.parent / f".{target.name}.hf-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            save_merged(self.model, self.tokenizer, staging, adapter=adapter)
+            export_model(staging, target, self.cfg.precision)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def refresh(self) -> None:
+        """Re-export the router's current weights (after an optimiser step) and decode with them from the next batch
+        on; a LoRA model's base weights do not change and stay loaded."""
+        self.load_engines((True,))
+
+    # -- decoding ---------------------------------------------------------------------------------------------------
+
+    def engine_can_take(self, prompts: list[list[int]], adapter: bool) -> bool:
+        engine = self._engines.get(adapter)
+        return engine is not None and not any(engine.pad_id in p for p in prompts)
+
+    def _generate_group(self, reqs: list[GenerationRequest], stop: tuple[str, ...], temp: float) -> list[Generation]:
+        tok = self.tokenizer
+        prompts = [r.prompt_ids if r.prompt_ids is not None else tok.encode(r.prompt_text, add_special_tokens=False)
+                   for r in reqs]
+        adapter = all(r.adapter for r in reqs) or not self.has_adapter
+        if not self.engine_can_take(prompts, adapter):  # a prompt holding the pad id: eager decodes it
+            if adapter:
+                return super()._generate_group(reqs, stop, temp)
+            with self.model.disable_adapter():
+                return super()._generate_group(reqs, stop, temp)
+        with self._lock:
+            engine = self._engines[adapter]
+        ids, logps = self._decode(engine, prompts, reqs, stop, temp)
+        eos = self._eos_ids()
+        return [self._finish(i, lp, r, stop, eos, len(p)) for i, lp, r, p in zip(ids, logps, reqs, prompts)]
+
+    def _eos_ids(self) -> set[int]:
+        tok = self.tokenizer
+        cfg_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        return {tok.eos_token_id} | set(cfg_eos if isinstance(cfg_eos, (list, tuple)) else [cfg_eos]) - {None}
+
+    def _decode(self, engine: OnnxModel, prompts: list[list[int]], reqs: list[GenerationRequest],
+                stop: tuple[str, ...], temp: float) -> tuple[list[list[int]], list[list[float] | None]]:
+        """Decode a padded batch until every row has met its end of sequence, a stop string or its limit."""
+        import onnxruntime_genai as og
+
+        b, width = len(prompts), max(len(p) for p in prompts)
+        batch = np.full((b, width), engine.pad_id, dtype=np.int32)
+        for row, p in enumerate(prompts):  # right padding: what the engine's attention expects of a prompt batch
+            batch[row, : len(p)] = p
+        limits = [r.max_tokens for r in reqs]
+        params = og.GeneratorParams(engine.model)
+        max_length = min(width + max(limits), engine.context)
+        params.set_search_options(max_length=max_length, batch_size=b)
+        gen = og.Generator(engine.model, params)
+        gen.append_tokens(batch)
+        want_logprobs = any(r.logprobs for r in reqs)
+        rng = self._rng()
+        eos = self._eos_ids()
+        out: list[list[int]] = [[] for _ in range(b)]
+        logps: list[list[float]] = [[] for _ in range(b)]
+        done = [False] * b
+        for length in range(width + 1, max_length + 1):
+            logits = gen.get_logits().reshape(b, -1)
+            chosen, lp = self._choose(logits, temp, rng, want_logprobs)
+            for row in range(b):
+                if done[row]:
+                    continue
+                out[row].append(int(chosen[row]))
+                if lp is not None:
+                    logps[row].append(float(lp[row]))
+                done[row] = self._row_done(out[row], limits[row], stop, eos)
+            if all(done) or length == max_length:  # the model's context is full: what is there is the answer
+                break
+            # the engine appends only through its own search step: it is handed logits that leave one choice
+            forced = np.full((b, logits.shape[-1]), -np.inf, dtype=np.float32)
+            forced[np.arange(b), chosen] = 0.0
+            gen.set_logits(forced)
+            gen.generate_next_token()
+        return out, [lp if want_logprobs else None for lp in logps]
+
+    def _rng(self) -> np.random.Generator:
+        """Sampling randomness drawn from torch's generator, so ``torch.manual_seed`` fixes a run's rollouts here as
+        it does in eager ``generate``."""
+        import torch
+
+        return np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
+
+    def _choose(self, logits: np.ndarray, temp: float, rng: np.random.Generator,
+                want_logprobs: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """The next token of every row (greedy at temperature 0, else sampled at ``temp`` within top-p) and, when
+        asked, its log-probability under the distribution it was drawn from."""
+        if temp <= 0:
+            chosen = logits.argmax(-1)
+            if not want_logprobs:
+                return chosen, None
+            return chosen, _log_softmax(logits)[np.arange(len(chosen)), chosen]
+        logp = _log_softmax(logits.astype(np.float64) / temp)
+        if self.cfg.top_p < 1:
+            logp = _top_p(logp, self.cfg.top_p)
+        probs = np.exp(logp)
+        probs /= probs.sum(-1, keepdims=True)
+        cdf = probs.cumsum(-1)
+        u = rng.random((len(probs), 1)) * cdf[:, -1:]
+        chosen = np.minimum((cdf < u).sum(-1), probs.shape[1] - 1)
+        return chosen, (logp[np.arange(len(chosen)), chosen] if want_logprobs else None)
+
+    def _row_done(self, ids: list[int], limit: int, stop: tuple[str, ...], eos: set[int]) -> bool:
+        if len(ids) >= limit or ids[-1] in eos:
+            return True
+        if not stop:
+            return False
+        tail = self.tokenizer.decode(ids[-STOP_TAIL_TOKENS:], skip_special_tokens=True)
+        return any(s in tail for s in stop)
+
+
+class _BaseWeights:
+    """A PEFT model's base weights, for fingerprinting: its state dict less the LoRA tensors."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model.state_dict().items() if "lora_" not in k}
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def _top_p(logp: np.ndarray, top_p: float) -> np.ndarray:
+    """Keep, per row, the most likely tokens whose probabilities sum to ``top_p`` (the first always), as
+    transformers' TopPLogitsWarper does; the rest get -inf."""
+    order = np.argsort(-logp, axis=-1)
+    sorted_p = np.exp(np.take_along_axis(logp, order, -1))
+    keep_sorted = (sorted_p.cumsum(-1) - sorted_p) < top_p
+    keep = np.zeros_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, -1)
+    out = np.where(keep, logp, -np.inf)
+    return out - np.log(np.exp(out).sum(-1, keepdims=True))

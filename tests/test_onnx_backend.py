@@ -1,0 +1,137 @@
+"""The ONNX Runtime GenAI engine of the in-process policy: the embedded router exported once (adapter merged) and its
+base weights for the reader, checked against eager transformers on the same torch model; the fallback to eager."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from routerag.config import GeneratorConfig
+from routerag.policy.types import GenerationRequest
+
+pytest.importorskip("onnxruntime_genai")
+pytest.importorskip("onnx_ir")
+
+STOP = ("</search>", "</answer>")
+
+
+@pytest.fixture(scope="module")
+def onnx_gen():
+    from routerag.policy.backends import in_process_generator
+
+    return in_process_generator(GeneratorConfig(engine="onnx"))
+
+
+def _prompts(gen, n: int) -> list[tuple[str, list[int]]]:
+    from routerag.prompts import DEFAULT_INSTRUCTION
+
+    questions = ["Who wrote the libretto of The Glass Lighthouse?", "What is the occupation of Lena Okafor?",
+                 "In which city was the composer of The Glass Lighthouse born?"]
+    return [gen.render_prompt(DEFAULT_INSTRUCTION.format(question=q)) for q in questions[:n]]
+
+
+def _eager(gen, reqs: list[GenerationRequest], adapter: bool) -> list:
+    """The same torch model decoding eagerly, one request at a time (no padding involved)."""
+    from routerag.policy.backends.transformers_backend import TransformersGenerator
+
+    out = []
+    for r in reqs:
+        if adapter:
+            out += TransformersGenerator._generate_group(gen, [r], r.stop, 0.0)
+        else:
+            with gen.model.disable_adapter():
+                out += TransformersGenerator._generate_group(gen, [r], r.stop, 0.0)
+    return out
+
+
+@pytest.mark.parametrize("adapter", [True, False])
+def test_greedy_batch_equals_eager_with_stops_and_logprobs(onnx_gen, adapter: bool) -> None:
+    """A padded batch of prompts of different lengths decodes as each prompt alone does eagerly: the same tokens,
+    the same stop, log-probabilities to within float32 noise; the router (adapter merged) and its base weights."""
+    reqs = [GenerationRequest(t, ids, 40, STOP, temperature=0.0, adapter=adapter, logprobs=True)
+            for t, ids in _prompts(onnx_gen, 3)]
+    fast = onnx_gen.generate_batch(reqs)
+    slow = _eager(onnx_gen, reqs, adapter)
+    for f, s in zip(fast, slow):
+        assert f.token_ids == s.token_ids and f.text == s.text and f.finish_reason == s.finish_reason
+        assert len(f.logprobs) == len(f.token_ids)
+        assert max(abs(a - b) for a, b in zip(f.logprobs, s.logprobs)) < 2e-3
+
+
+def test_each_sequence_keeps_its_own_limit_and_the_reader_shares_the_batcher(onnx_gen) -> None:
+    (t, ids), (t2, ids2) = _prompts(onnx_gen, 2)
+    out = onnx_gen.generate_batch([GenerationRequest(t, ids, 3, (), temperature=0.0),
+                                   GenerationRequest(t2, ids2, 9, (), temperature=0.0)])
+    assert [len(g.token_ids) for g in out] == [3, 9] and [g.finish_reason for g in out] == ["length", "length"]
+    base = onnx_gen.base_view()
+    assert base.inner is onnx_gen and "adapter off" in base.name
+
+
+def test_sampling_follows_torch_seed(onnx_gen) -> None:
+    import torch
+
+    reqs = [GenerationRequest(t, ids, 12, STOP, temperature=1.0) for t, ids in _prompts(onnx_gen, 2)]
+    torch.manual_seed(7)
+    a = [g.token_ids for g in onnx_gen.generate_batch(reqs)]
+    torch.manual_seed(7)
+    b = [g.token_ids for g in onnx_gen.generate_batch(reqs)]
+    assert a == b
+
+
+def test_a_prompt_holding_the_pad_id_is_decoded_eagerly(onnx_gen) -> None:
+    t, ids = _prompts(onnx_gen, 1)[0]
+    pad = onnx_gen._engines[True].pad_id
+    req = GenerationRequest(t, ids[:-3] + [pad] + ids[-3:], 6, (), temperature=0.0)
+    assert not onnx_gen.engine_can_take([req.prompt_ids], True)
+    assert onnx_gen.generate_batch([req])[0].token_ids == _eager(onnx_gen, [req], True)[0].token_ids
+
+
+def test_without_the_package_the_policy_decodes_eagerly_with_one_log_line(onnx_gen, monkeypatch, caplog) -> None:
+    from routerag.policy.backends import in_process_generator, onnx_backend
+    from routerag.policy.backends.transformers_backend import TransformersGenerator
+
+    monkeypatch.setattr(onnx_backend, "engine_installed", lambda: False)
+    with caplog.at_level(logging.WARNING):
+        gen = in_process_generator(GeneratorConfig(), model=onnx_gen.model, tokenizer=onnx_gen.tokenizer)
+    assert type(gen) is TransformersGenerator
+    lines = [r.getMessage() for r in caplog.records if "eager" in r.getMessage()]
+    assert len(lines) == 1 and "onnxruntime-genai is not installed" in lines[0]
+    with pytest.raises(RuntimeError, match="engine = onnx cannot run"):
+        in_process_generator(GeneratorConfig(engine="onnx"), model=onnx_gen.model, tokenizer=onnx_gen.tokenizer)
+
+
+def test_a_failed_export_leaves_nothing_under_the_real_name(tmp_path: Path) -> None:
+    from routerag.policy.backends.onnx_backend import export_model
+
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{not json")
+    target = tmp_path / "out" / "model"
+    with pytest.raises(RuntimeError, match="export"):
+        export_model(tmp_path / "hf", target, "float32")
+    assert not target.exists() and list((tmp_path / "out").iterdir()) == []
+
+
+def test_refresh_decodes_with_the_updated_weights(onnx_gen, tmp_path: Path) -> None:
+    """A trainer's engine (``export_dir``): after the torch weights change, ``refresh`` re-exports the router and
+    greedy decoding follows the new weights exactly as eager does; the base weights' engine is left as it was."""
+    import copy
+
+    import torch
+
+    from routerag.policy.backends.onnx_backend import OnnxGenerator
+
+    model = copy.deepcopy(onnx_gen.model)
+    gen = OnnxGenerator(GeneratorConfig(engine="onnx"), model=model, tokenizer=onnx_gen.tokenizer,
+                        export_dir=tmp_path / "engine")
+    base_engine = gen._engines[False]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(4.0)
+    gen.refresh()
+    reqs = [GenerationRequest(t, ids, 24, STOP, temperature=0.0) for t, ids in _prompts(gen, 2)]
+    fast = [g.token_ids for g in gen.generate_batch(reqs)]
+    assert fast == [g.token_ids for g in _eager(gen, reqs, True)]
+    assert gen._engines[False] is base_engine and (tmp_path / "engine" / "router" / "genai_config.json").is_file()
