@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from .. import __version__
-from . import ask, build, evaluate, mcp, reference, search, serve, train
+from . import ask, build, evaluate, mcp, reader, reference, search, serve, train
 
 app = typer.Typer(
     name="routerag",
@@ -20,6 +20,7 @@ ask.register(app)
 serve.register(app)
 mcp.register(app)
 train.register(app)
+reader.register(app)
 evaluate.register(app)
 reference.register(app)
 
