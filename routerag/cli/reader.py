@@ -38,6 +38,8 @@ def train_reader_cmd(
                                                                    "windows is a quarter of it).")] = 128,
     save_every: Annotated[int, typer.Option(min=1, help="Checkpoint every N steps.")] = 25,
     threads: Annotated[int, typer.Option(min=1, help="torch threads.")] = 2,
+    export: Annotated[bool, typer.Option("--export", help="Train nothing: write OUT/reader from the latest "
+                                                          "checkpoint of a run stopped early.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Train the extractive reader from the training splits; rerun with the same --out to resume. Writes
@@ -71,5 +73,5 @@ def train_reader_cmd(
             console.print(f"step {row['step']}/{row['total']} epoch {row['epoch']} loss {row['loss']:.3f} "
                           f"{row['elapsed_s']:.0f}s elapsed, ~{row['eta_s']:.0f}s left")
 
-    final = train_reader(examples, out, cfg, provenance=provenance, progress=show)
+    final = train_reader(examples, out, cfg, provenance=provenance, progress=show, export_only=export)
     console.print(f"reader written to {final}")
