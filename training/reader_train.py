@@ -40,7 +40,7 @@ class ReaderTrainConfig:
     max_length: int = 128
     save_every: int = 25
     seed: int = 0
-    abstain_below: float = 0.1
+    abstain_below: float = 0.01
 
 
 @dataclass(slots=True)

@@ -56,7 +56,7 @@ class ReaderCard(BaseModel):
     max_length: int = 256
     stride: int = 64
     max_answer_tokens: int = 15
-    abstain_below: float = 0.1
+    abstain_below: float = 0.01
     """Abstain when the best span's probability (within its window) is below this."""
     trained: dict[str, Any] = Field(default_factory=dict)
     """Provenance, for people: data, steps, measured results."""
