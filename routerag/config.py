@@ -256,7 +256,13 @@ class PolicyConfig(LoopSettings):
     reader: ReaderKind | None = None
     """Who writes the final answer: ``policy`` (its own ``<answer>``), ``base`` (the policy's base model with its
     LoRA adapter switched off reads every retrieved document: s3's decoupled searcher and reader, sharing the same
-    weights), ``generator`` (``answer_generator``). None: the policy's card, else ``policy``."""
+    weights), ``generator`` (``answer_generator``), ``extractive`` (a span of the retrieved documents picked by a
+    small encoder, :mod:`routerag.policy.extractive`; it abstains, a refusal, when no span is likely enough). None:
+    the policy's card, else ``policy``."""
+    extractive_reader: Path | None = None
+    """The extractive reader's folder (``routerag train-reader``'s OUT/reader); None: the shipped one."""
+    abstain_below: float | None = Field(None, ge=0, le=1)
+    """The extractive reader abstains when its best span's probability is below this; None: its card's."""
     reader_prompt: ReaderPrompt | None = None
     """How the reader is asked: ``instruct`` (a chat message asking for the answer in tags) or ``fewshot`` (a plain
     completion after four worked examples, which a small base model follows more closely). None: the policy's card,

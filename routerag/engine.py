@@ -70,6 +70,14 @@ class Engine:
                         "cannot provide; its own answers stand (set policy.reader to choose)", generator.name)
             self.policy = replace(self.policy, reader="policy",
                                   short_answer=bool(pol.short_answer))
+        if (self.policy.reader == "extractive" and pol.reader is None and pol.generator.model == EMBEDDED_ROUTER
+                and pol.generator.adapter is None
+                and (answer_generator is not None or getattr(generator, "base_view", None) is None)):
+            # the same rule for the embedded router's extractive reader: a reader model handed in reads instead, and
+            # a generator handed in instead of the router (a test double, a program's own) answers on its own
+            self.policy = replace(self.policy, reader="generator" if answer_generator is not None else "policy",
+                                  short_answer=bool(pol.short_answer) if answer_generator is None
+                                  else self.policy.short_answer)
         if answer_generator is None:
             answer_generator = reader_model(self.policy.reader, generator, pol.answer_generator)
         self.loop_config = LoopConfig.from_policy(pol, self.policy, answer_generator=answer_generator)

@@ -29,9 +29,9 @@ StepAction = Literal["search", "answer", "refuse", "invalid", "over_budget", "fo
 SegmentKind = Literal["prompt", "policy", "information"]
 """Who wrote a piece of the context: the prompt, the policy (trained on), or the loop (masked out of the loss)."""
 
-ReaderKind = Literal["policy", "base", "generator"]
-"""Who writes the final answer: the policy in its ``<answer>``, the policy's base model with its adapter off, or a
-configured answer generator."""
+ReaderKind = Literal["policy", "base", "generator", "extractive"]
+"""Who writes the final answer: the policy in its ``<answer>``, the policy's base model with its adapter off, a
+configured answer generator, or the extractive reader (a span of the retrieved documents, or an abstention)."""
 
 ReaderPrompt = Literal["instruct", "fewshot"]
 """How a reader is asked: a chat message asking for the answer in tags, or a plain few-shot completion."""

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import ask, build, evaluate, mcp, reference, search, serve, train
+from . import ask, build, evaluate, mcp, reader, reference, search, serve, train
 from .common import configure_output
 
 app = typer.Typer(
@@ -42,6 +42,7 @@ ask.register(app)
 serve.register(app)
 mcp.register(app)
 train.register(app)
+reader.register(app)
 evaluate.register(app)
 reference.register(app)
 

@@ -24,6 +24,7 @@ from graph_index.config import SettingsError
 from ..policy.answering import Reader, answer_directly
 from ..policy.tokens import TokenCounter
 from ..policy.types import Generation, GenerationRequest, Generator, SearchRecord, Summary
+from ..prompts import REFUSAL_ANSWER
 from ..vocabulary import ASK_MODES, MODES, AskMode, Mode
 
 if TYPE_CHECKING:
@@ -99,12 +100,15 @@ async def run_strategy(engine: Engine, question: str, strategy: Strategy, *, bud
         t0 = time.perf_counter()
         res = await engine.search.search(question, mode, top_k)
         ms = res.ms if res.timings_ms else (time.perf_counter() - t0) * 1000
-        docs = engine.loop.read_documents([res], replace(engine.loop_config, k=top_k))
-        answer = await Reader(gen, reader.prompt, reader.short_answer).read(question, docs)
-        return Summary(answer, "answer", searches=[SearchRecord(mode, question, round(ms, 3),
-                                                                [d.title for d in res.docs])],
-                       documents=list(res.docs), generation_ms=round(gen.generation_ms, 3),
-                       prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens)
+        docs = engine.loop.read_documents([res], replace(engine.loop_config, k=top_k), cut=reader.extractive is None)
+        t1 = time.perf_counter()
+        read = await Reader(gen, reader.prompt, reader.short_answer, reader.extractive).read_answer(question, docs)
+        reader_ms = gen.generation_ms if reader.extractive is None else (time.perf_counter() - t1) * 1000
+        # the extractive reader's abstention is a refusal, as in the loop
+        return Summary(REFUSAL_ANSWER if read.abstained else read.answer, "refused" if read.abstained else "answer",
+                       searches=[SearchRecord(mode, question, round(ms, 3), [d.title for d in res.docs])],
+                       documents=list(res.docs), generation_ms=round(reader_ms, 3),
+                       prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens, citation=read.citation)
     if strategy == NO_RETRIEVAL:
         answer = await answer_directly(gen, question)
         return Summary(answer, "answer", generation_ms=round(gen.generation_ms, 3), prompt_tokens=gen.prompt_tokens,

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..retrieval import RetrievedDoc
 from ..vocabulary import ReaderPrompt
 from .parsing import close_stop
 from ..prompts import DIRECT_TEMPLATE, DOCUMENTS_TEMPLATE, FEWSHOT_READER, format_documents
 from .types import GenerationRequest, Generator
+
+if TYPE_CHECKING:
+    from .extractive import ExtractiveReader, ReaderAnswer
 
 def extract_answer(text: str) -> str:
     """The text inside the first ``<answer>`` (or the whole reply when the model skipped the tags)."""
@@ -67,6 +71,23 @@ class Reader:
     """None: no model reads (the policy's own answer stands; :meth:`shorten` may still cut it)."""
     prompt: ReaderPrompt = "instruct"
     short_answer: bool = False
+    extractive: ExtractiveReader | None = None
+    """Set: the extractive reader answers instead of ``generator`` (a span, or an abstention)."""
+
+    @property
+    def reads(self) -> bool:
+        """A model writes the final answer (else the policy's own answer stands)."""
+        return self.generator is not None or self.extractive is not None
+
+    async def read_answer(self, question: str, docs: Sequence[RetrievedDoc]) -> ReaderAnswer:
+        """The answer with its score and citation; ``answer`` None when the extractive reader abstains. The
+        generative reader never abstains and cites nothing itself (its citations are string matches after the
+        fact, :func:`~routerag.policy.citations.cite`)."""
+        from .extractive import ReaderAnswer
+
+        if self.extractive is not None:
+            return await self.extractive.read(question, docs)
+        return ReaderAnswer(await self.read(question, docs), 1.0)
 
     async def read(self, question: str, docs: Sequence[RetrievedDoc]) -> str:
         """The answer from ``docs`` (none: from the model's own knowledge, :func:`answer_directly`)."""

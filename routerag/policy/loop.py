@@ -69,6 +69,9 @@ class LoopConfig:
     or the policy's own base model with its adapter off (``reader = "base"``); None: the policy's ``<answer>``."""
     reader_prompt: ReaderPrompt = "instruct"
     """How the reader is asked (:class:`~routerag.policy.answering.Reader`)."""
+    extractive_reader: Any = None
+    """The extractive reader (:class:`~routerag.policy.extractive.ExtractiveReader`) when ``reader =
+    "extractive"``: it answers instead of ``answer_generator``."""
     short_answer: bool = False
     """Cut the final answer to the span of the retrieved documents it names (:mod:`.short_answer`)."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -76,7 +79,7 @@ class LoopConfig:
     @property
     def reader(self) -> Reader:
         """The final answer's reader (its model is None when the policy's own answer stands)."""
-        return Reader(self.answer_generator, self.reader_prompt, self.short_answer)
+        return Reader(self.answer_generator, self.reader_prompt, self.short_answer, self.extractive_reader)
 
     @classmethod
     def from_policy(cls, policy: PolicyConfig, resolved: ResolvedPolicy | None = None, **overrides: Any) -> LoopConfig:
@@ -90,6 +93,11 @@ class LoopConfig:
         fields: dict[str, Any] = {**resolved.loop, "temperature": policy.generator.temperature,
                                   "template": resolved.template, "reader_prompt": resolved.reader_prompt,
                                   "short_answer": resolved.short_answer}
+        if resolved.reader == "extractive" and "extractive_reader" not in overrides:
+            from .extractive import load_reader
+
+            fields["extractive_reader"] = load_reader(
+                str(policy.extractive_reader) if policy.extractive_reader else None, policy.abstain_below)
         return cls(**{**fields, **overrides})
 
 
@@ -273,10 +281,16 @@ class PolicyLoop:
         traj.answer = traj.policy_answer
         if traj.refused:
             traj.answer = REFUSAL_ANSWER
-        elif reader.generator is not None and traj.finish != "no_answer":
+        elif reader.reads and traj.finish != "no_answer":
             t0 = time.perf_counter()
-            traj.answer = await reader.read(traj.question, self.read_documents(traj.retrieved, run.cfg))
+            # the extractive reader reads whole documents: it is cheap, and a cut can drop the answer
+            docs = self.read_documents(traj.retrieved, run.cfg, cut=reader.extractive is None)
+            read = await reader.read_answer(traj.question, docs)
             traj.answer_generation_ms = round((time.perf_counter() - t0) * 1000, 3)
+            if read.abstained:  # a refusal, as the harness counts it; the policy's answer is not used
+                traj.answer, traj.finish = REFUSAL_ANSWER, "refused"
+            else:
+                traj.answer, traj.citation = read.answer, read.citation
         elif traj.answer:
             traj.answer = reader.shorten(traj.question, traj.answer, self.read_documents(traj.retrieved, run.cfg))
         await _emit(run.on_event, {"type": "done", "answer": traj.answer, "searches": traj.searches,
@@ -322,10 +336,12 @@ class PolicyLoop:
         """A search's ``<information>`` block under this loop's settings (:func:`information_block`)."""
         return information_block(result.docs, self.counter, self.cfg.max_information_tokens)
 
-    def read_documents(self, results: list[RetrievalResult], cfg: LoopConfig | None = None) -> list[RetrievedDoc]:
+    def read_documents(self, results: list[RetrievalResult], cfg: LoopConfig | None = None, *,
+                       cut: bool = True) -> list[RetrievedDoc]:
         """The documents a reader gets: every distinct document the searches returned, in retrieval order, each cut
-        to its share of an information block (``max_information_tokens / k``), so the reader reads about what the
-        policy read, and a 1,000-token page does not make every prompt of a padded batch 1,000 tokens longer."""
+        (unless ``cut`` is False) to its share of an information block (``max_information_tokens / k``), so the
+        reader reads about what the policy read, and a 1,000-token page does not make every prompt of a padded
+        batch 1,000 tokens longer."""
         cfg = cfg or self.cfg
         share = max(cfg.max_information_tokens // max(cfg.k, 1), 16)
         seen: set[str] = set()
@@ -335,7 +351,8 @@ class PolicyLoop:
                 key = doc_key(d)
                 if key not in seen:
                     seen.add(key)
-                    out.append(RetrievedDoc(d.id, d.title, self.counter.truncate(d.text, share), d.score))
+                    out.append(RetrievedDoc(d.id, d.title, self.counter.truncate(d.text, share) if cut else d.text,
+                                            d.score))
         return out
 
     def _inform(self, run: _Run, text: str) -> None:

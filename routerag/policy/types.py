@@ -125,6 +125,8 @@ class Trajectory:
     """Every search's result, in order (documents with scores and retrieval timings)."""
     answer_generation_ms: float = 0.0
     """Time of the separate answer generator's call (s3), when one is configured; part of ``generation_ms``."""
+    citation: Citation | None = None
+    """Where the extractive reader read the answer (its document and sentence); None: cited by string match."""
 
     @property
     def searches(self) -> int:
@@ -204,6 +206,8 @@ class Summary:
     """Every retrieved document in retrieval order, repeats included."""
     trace: list[dict[str, Any]] = field(default_factory=list)
     """The policy's steps (:meth:`Step.to_json`); empty when no policy ran."""
+    citation: Citation | None = None
+    """The document and sentence the extractive reader read the answer in; None: cite by string match."""
 
     @classmethod
     def from_trajectory(cls, traj: Trajectory) -> Summary:
@@ -211,7 +215,8 @@ class Summary:
                     for s in traj.steps if s.action == "search"]
         return cls(answer=traj.answer, finish=traj.finish, format_ok=traj.format_ok, searches=searches,
                    documents=[d for res in traj.retrieved for d in res.docs], generation_ms=traj.generation_ms,
-                   prompt_tokens=traj.prompt_tokens, completion_tokens=traj.completion_tokens, trace=traj.trace())
+                   prompt_tokens=traj.prompt_tokens, completion_tokens=traj.completion_tokens, trace=traj.trace(),
+                   citation=traj.citation)
 
     @property
     def retrieval_ms(self) -> float:
@@ -232,8 +237,10 @@ class Summary:
                 "trace": self.trace}
 
     def citations(self) -> list[Citation]:
-        """The retrieved passages that state the answer (:func:`~routerag.policy.citations.cite`); none for a
-        refusal."""
+        """Where the extractive reader read the answer, else the retrieved passages that state it
+        (:func:`~routerag.policy.citations.cite`); none for a refusal."""
         from .citations import cite
 
-        return [] if self.refused else cite(self.answer, self.documents)
+        if self.refused:
+            return []
+        return [self.citation] if self.citation is not None else cite(self.answer, self.documents)

@@ -1,0 +1,77 @@
+"""``routerag train-reader``: fine-tune the extractive reader (:mod:`routerag.policy.extractive`) on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .common import console, handle_errors, setup_logging
+
+DATA = Path("../shared/data")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train-reader")(train_reader_cmd)
+
+
+@handle_errors
+def train_reader_cmd(
+    popqa: Annotated[Optional[Path], typer.Option(
+        help="PopQA's popqa_dev.json; its first 300 after random.Random(0).shuffle train, the last 200 are held "
+             "out and never read.")] = DATA / "popqa/popqa_dev.json",
+    hotpot: Annotated[Optional[Path], typer.Option(
+        help="hotpotqa_100.json; half of each question type (random.Random(0)) trains, the rest is held out.")]
+        = DATA / "hotpotqa_100/hotpotqa_100.json",
+    index: Annotated[Optional[Path], typer.Option(
+        help="An index over PopQA's corpus: each training question's retrieved documents become examples too "
+             "(recommended: they are what the reader meets when serving).")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Run folder: checkpoints, metrics.jsonl, reader/.")]
+        = Path("runs/reader"),
+    epochs: Annotated[int, typer.Option(min=1)] = 1,
+    batch_size: Annotated[int, typer.Option(min=1)] = 16,
+    lr: Annotated[float, typer.Option(help="Learning rate of the trained encoder layers.")] = 2e-4,
+    head_lr: Annotated[float, typer.Option(help="Learning rate of the span and yes/no heads.")] = 2e-3,
+    layers: Annotated[str, typer.Option(help="MiniLM layers to train and ship, comma-separated (0-5).")] = "4,5",
+    max_length: Annotated[int, typer.Option(min=64, max=512, help="Tokens per window (the stride between "
+                                                                   "windows is a quarter of it).")] = 128,
+    save_every: Annotated[int, typer.Option(min=1, help="Checkpoint every N steps.")] = 25,
+    threads: Annotated[int, typer.Option(min=1, help="torch threads.")] = 2,
+    export: Annotated[bool, typer.Option("--export", help="Train nothing: write OUT/reader from the latest "
+                                                          "checkpoint of a run stopped early.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Train the extractive reader from the training splits; rerun with the same --out to resume. Writes
+    OUT/reader (the trained layers in fp16 and reader_card.json); copy it to routerag/policy/weights/minilm-reader
+    to ship it."""
+    setup_logging(verbose)
+    import torch
+
+    from training.reader_data import build_examples, data_summary
+    from training.reader_train import ReaderTrainConfig, train_reader
+
+    torch.set_num_threads(threads)
+    for name, path in (("--popqa", popqa), ("--hotpot", hotpot), ("--index", index)):
+        if path is not None and not path.exists():
+            raise FileNotFoundError(f"{name} {path}: no such file or folder")
+    if popqa is None and hotpot is None:
+        raise ValueError("give --popqa or --hotpot (or both): there is nothing to train on")
+    trained = tuple(int(x) for x in layers.split(",") if x.strip())
+    if not trained or any(not 0 <= x <= 5 for x in trained):
+        raise ValueError(f"--layers {layers!r}: give MiniLM layers between 0 and 5, e.g. 3,4,5")
+    examples = build_examples(popqa, hotpot, index)
+    console.print(f"{len(examples)} examples: {data_summary(examples)}")
+    cfg = ReaderTrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, head_lr=head_lr, trained_layers=trained,
+                            max_length=max_length, save_every=save_every)
+    provenance = {"popqa": "first 300 of popqa_dev.json after random.Random(0).shuffle" if popqa else None,
+                  "hotpot": "first half of each type of hotpotqa_100.json after random.Random(0).shuffle"
+                  if hotpot else None, "retrieved_from": str(index) if index else None}
+
+    def show(row: dict) -> None:
+        if row["step"] % 5 == 0 or row["step"] == row["total"]:
+            console.print(f"step {row['step']}/{row['total']} epoch {row['epoch']} loss {row['loss']:.3f} "
+                          f"{row['elapsed_s']:.0f}s elapsed, ~{row['eta_s']:.0f}s left")
+
+    final = train_reader(examples, out, cfg, provenance=provenance, progress=show, export_only=export)
+    console.print(f"reader written to {final}")

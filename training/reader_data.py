@@ -1,0 +1,216 @@
+"""Span data for the extractive reader (:mod:`routerag.policy.extractive`), from training splits only.
+
+Splits (deterministic; the held-out halves are never read here):
+
+* **PopQA** (``popqa_dev.json``, 500): ``random.Random(0).shuffle``, the first 300 train, the last 200 are held out
+  (the split of docs/results.md and of the shipped router's card).
+* **HotpotQA-100**: by type (bridge, comparison), each type's questions in file order shuffled with
+  ``random.Random(0)``; the first half of each type trains (39 bridge + 11 comparison), the rest is held out.
+
+Examples are (question, document, answer span or none):
+
+* each training question with its gold passages (the answer located in them: the first whole-word occurrence of
+  its first alias that occurs, case folded); two of HotpotQA's distractor paragraphs are negatives, and so are, for
+  PopQA, another training question's subject page of the same relation (:func:`popqa_negatives`);
+* with ``index``, each PopQA training question's own retrieved documents (one graph and one passage search of the
+  question, the documents the reader meets when serving), labelled the same way: distant supervision, so a
+  document that names the answer is a positive even when it is not a gold passage;
+* yes/no examples: HotpotQA's training yes/no questions on their gold passages, and one question made from every
+  other PopQA training fact ("Was X born in Y?", "Was X a Y?"), alternately "yes" with the true object and "no" with
+  another training question's object of the same relation, on the subject's gold passage.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SPLIT_SEED = 0
+POPQA_TRAIN = 300
+
+
+@dataclass(frozen=True, slots=True)
+class SpanExample:
+    question: str
+    title: str
+    text: str
+    answer: str | None = None
+    """The answer text as it occurs in ``title\\ntext`` (None: this document does not answer)."""
+    answer_start: int = -1
+    """Character offset of ``answer`` in ``title\\ntext``."""
+    yes_no: bool | None = None
+    """For yes/no questions: the answer (the span targets are then "no span")."""
+    source: str = ""
+
+    @property
+    def context(self) -> str:
+        title = " ".join(self.title.split())
+        return (f"{title}\n" if title else "") + self.text
+
+
+def popqa_split(path: str | Path) -> tuple[list[dict], list[dict]]:
+    """(train 300, held-out 200) rows of ``popqa_dev.json``."""
+    rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    random.Random(SPLIT_SEED).shuffle(rows)
+    return rows[:POPQA_TRAIN], rows[POPQA_TRAIN:]
+
+
+def hotpot_split(path: str | Path) -> tuple[list[dict], list[dict]]:
+    """(train half, held-out half) rows of ``hotpotqa_100.json``, half of each question type."""
+    rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    train: list[dict] = []
+    held: list[dict] = []
+    for kind in sorted({r.get("type", "") for r in rows}):
+        group = [r for r in rows if r.get("type", "") == kind]
+        random.Random(SPLIT_SEED).shuffle(group)
+        half = len(group) // 2
+        train += group[:half]
+        held += group[half:]
+    return train, held
+
+
+def locate(answers: Sequence[str], context: str) -> tuple[str, int] | None:
+    """The first whole-word, case-folded occurrence in ``context`` of the first alias that occurs."""
+    for alias in answers:
+        alias = " ".join(alias.split())
+        if len(alias) < 2:
+            continue
+        m = re.search(rf"(?<!\w){re.escape(alias)}(?!\w)", context, flags=re.IGNORECASE)
+        if m:
+            return context[m.start():m.end()], m.start()
+    return None
+
+
+def labelled(question: str, title: str, text: str, answers: Sequence[str], source: str) -> SpanExample:
+    ex = SpanExample(question, title, text, source=source)
+    found = locate(answers, ex.context)
+    if found is None:
+        return ex
+    return SpanExample(question, title, text, found[0], found[1], source=source)
+
+
+def popqa_answers(row: dict) -> list[str]:
+    raw = row.get("possible_answers", "[]")
+    return json.loads(raw) if isinstance(raw, str) else list(raw)
+
+
+def popqa_examples(rows: Iterable[dict], retrieved: dict[str, list[tuple[str, str]]] | None = None) -> list[SpanExample]:
+    """Gold passages, and the retrieved documents when given (question → [(title, text)])."""
+    out = []
+    for row in rows:
+        answers = popqa_answers(row)
+        seen = set()
+        docs = [(p["title"], p["text"]) for p in row["paragraphs"]] + list((retrieved or {}).get(row["question"], []))
+        for title, text in docs:
+            if (title, text) in seen:
+                continue
+            seen.add((title, text))
+            out.append(labelled(row["question"], title, text, answers, "popqa"))
+    return out
+
+
+def popqa_negatives(rows: Sequence[dict], per_question: int = 1) -> list[SpanExample]:
+    """Hard negatives: subject pages of other training questions of the same relation (another person's "born in
+    X" or "is an actor"), which the reader must not answer from; pages that happen to name the answer are skipped."""
+    rng = random.Random(SPLIT_SEED + 1)
+    pages: dict[str, list[dict]] = {}
+    for r in rows:
+        pages.setdefault(r.get("prop", ""), []).append(r["paragraphs"][0])
+    out = []
+    for r in rows:
+        answers = popqa_answers(r)
+        pool = [p for p in pages[r.get("prop", "")] if p not in r["paragraphs"]]
+        for page in rng.sample(pool, min(per_question, len(pool))):
+            ex = labelled(r["question"], page["title"], page["text"], answers, "popqa-negative")
+            if ex.answer is None:
+                out.append(ex)
+    return out
+
+
+def hotpot_examples(rows: Iterable[dict], distractors: int = 2) -> list[SpanExample]:
+    """The gold paragraphs with the answer located (the yes/no label for yes/no questions) and the first
+    ``distractors`` distractor paragraphs as negatives."""
+    out = []
+    for row in rows:
+        gold = {f[0] for f in row.get("supporting_facts", [])}
+        kept = {t for t, _ in row.get("context", []) if t not in gold}
+        kept = set(list(dict.fromkeys(t for t, _ in row.get("context", []) if t in kept))[:distractors])
+        answer = str(row["answer"]).strip()
+        for title, sentences in row.get("context", []):
+            text = "".join(sentences)
+            if answer.lower() in ("yes", "no"):
+                if title in gold:
+                    out.append(SpanExample(row["question"], title, text, yes_no=answer.lower() == "yes",
+                                           source="hotpot-yesno"))
+                continue
+            if title in gold:
+                out.append(labelled(row["question"], title, text, [answer], "hotpot"))
+            elif title in kept:
+                out.append(SpanExample(row["question"], title, text, source="hotpot"))
+    return out
+
+
+def popqa_yes_no(rows: Sequence[dict]) -> list[SpanExample]:
+    """"Was X born in Y?" / "Was X a Y?" from training facts, on the subject's gold passage: "yes" (the true
+    object) for every other question, "no" (another question's object of the same relation) for the rest."""
+    rng = random.Random(SPLIT_SEED)
+    by_prop: dict[str, list[str]] = {}
+    for r in rows:
+        by_prop.setdefault(r.get("prop", ""), []).append(r.get("obj", ""))
+    out = []
+    for n, r in enumerate(rows):
+        subject_page = next((p for p in r["paragraphs"] if p["title"] == r.get("s_wiki_title", r.get("subj"))),
+                            r["paragraphs"][0])
+        others = [o for o in by_prop[r.get("prop", "")] if o and o.lower() != r.get("obj", "").lower()]
+        if not others or not r.get("obj"):
+            continue
+        if n % 2:  # one question in two: yes/no examples are a small part of what is asked
+            continue
+        truth = n % 4 == 0
+        obj = r["obj"] if truth else rng.choice(others)
+        q = (f"Was {r['subj']} born in {obj}?" if "birth" in r.get("prop", "")
+             else f"Was {r['subj']} a {obj.lower()}?")
+        out.append(SpanExample(q, subject_page["title"], subject_page["text"], yes_no=truth, source="popqa-yesno"))
+    return out
+
+
+def retrieved_documents(index: str | Path, questions: Sequence[str], k: int = 3) -> dict[str, list[tuple[str, str]]]:
+    """Each question's documents from one graph and one passage search of the question itself."""
+    from routerag.retrieval import Retriever
+
+    retriever = Retriever(index)
+    out: dict[str, list[tuple[str, str]]] = {q: [] for q in questions}
+    for mode in ("graph", "passage"):
+        for start in range(0, len(questions), 64):
+            batch = list(questions[start:start + 64])
+            for q, res in zip(batch, retriever.search(batch, mode=mode, k=k)):
+                out[q] += [(d.title, d.text) for d in res.docs]
+    return out
+
+
+def build_examples(popqa: Path | None, hotpot: Path | None, index: Path | None = None) -> list[SpanExample]:
+    """Every training example from the training halves of the given sets."""
+    examples: list[SpanExample] = []
+    if popqa is not None:
+        train, _ = popqa_split(popqa)
+        retrieved = retrieved_documents(index, [r["question"] for r in train]) if index is not None else None
+        examples += popqa_examples(train, retrieved) + popqa_negatives(train) + popqa_yes_no(train)
+    if hotpot is not None:
+        train, _ = hotpot_split(hotpot)
+        examples += hotpot_examples(train)
+    return examples
+
+
+def data_summary(examples: Sequence[SpanExample]) -> dict[str, Any]:
+    """Counts by source and label, for the reader's card."""
+    summary: dict[str, Any] = {}
+    for ex in examples:
+        label = "yes/no" if ex.yes_no is not None else ("span" if ex.answer else "none")
+        key = f"{ex.source}:{label}"
+        summary[key] = summary.get(key, 0) + 1
+    return dict(sorted(summary.items()))
