@@ -72,17 +72,34 @@ def content_words(text: str) -> set[str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _spans(text: str) -> tuple[tuple[str, QuerySource], ...]:
-    """spaCy's named entities and noun chunks of ``text`` (a noun chunk without its leading article)."""
+def _labelled_spans(text: str) -> tuple[tuple[str, QuerySource, str], ...]:
+    """spaCy's named entities (with their label) and noun chunks (label ``NOUN``, without a leading article) of
+    ``text``."""
     from .short_answer import _nlp
 
     doc = _nlp()(text)
-    out: list[tuple[str, QuerySource]] = [(e.text, "entity") for e in doc.ents]
+    out: list[tuple[str, QuerySource, str]] = [(e.text, "entity", e.label_) for e in doc.ents]
     for chunk in doc.noun_chunks:
         words = [t for t in chunk if t.pos_ not in ("DET", "PRON")]
         if words and any(t.pos_ in ("NOUN", "PROPN") for t in words):
-            out.append((chunk.doc[words[0].i: chunk.end].text, "noun_chunk"))
-    return tuple((s, src) for s, src in out if content_words(s) and len(s.split()) <= _MAX_CANDIDATE_WORDS)
+            out.append((chunk.doc[words[0].i: chunk.end].text, "noun_chunk", "NOUN"))
+    return tuple(x for x in out if content_words(x[0]) and len(x[0].split()) <= _MAX_CANDIDATE_WORDS)
+
+
+def _spans(text: str) -> list[tuple[str, QuerySource]]:
+    return [(s, src) for s, src, _ in _labelled_spans(text)]
+
+
+_NOT_A_TOPIC = frozenset({"DATE", "TIME", "CARDINAL", "ORDINAL", "QUANTITY", "MONEY", "PERCENT", "NORP"})
+
+
+def new_entity(question: str, doc: RetrievedDoc) -> str | None:
+    """The first entity a document names that the question does not: its title, else its first named entity that is
+    not a date, number or nationality (a fixed two-hop pipeline's second query: the bridge to follow)."""
+    asked = content_words(question)
+    names = ([doc.title] if doc.title else []) + [s for s, src, label in _labelled_spans(doc.text)
+                                                  if src == "entity" and label not in _NOT_A_TOPIC]
+    return next((n for n in names if not content_words(n) <= asked), None)
 
 
 def candidates(question: str, docs: Sequence[RetrievedDoc]) -> list[Candidate]:
