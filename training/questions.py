@@ -16,6 +16,7 @@ kept are dropped as near-duplicates.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -23,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from graph_index.atomic import write_text_atomic
 from graph_index.store import IndexData
@@ -41,6 +42,14 @@ _IRREGULAR = {"write": "wrote", "teach": "taught", "spend": "spent", "meet": "me
               "sing": "sang", "draw": "drew", "grow": "grew", "fall": "fell", "have": "had", "do": "did"}
 _STOP = frozenset("a an the of in on at to for from by with and or is are was were what which who whom when where "
                   "how did does do".split())
+
+
+class Corpus(Protocol):
+    """What the questions are derived from: passages and their OpenIE, in the same order (an
+    :class:`~graph_index.store.IndexData`, or a corpus with imported OpenIE)."""
+
+    passages: Sequence[Any]
+    openie: Sequence[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,14 +122,14 @@ def phrasings(subject: str, relation: str, answer: str) -> list[str]:
                 f"{subject}?", f"{subject} was born where?", f"Which place is {subject}'s birthplace?"]
     if _passive(verb):  # "founded in", "issued by", "sold in"
         tail = "" if wh in ("when", "where") else f" {prep}" if prep else ""
-        forms = [f"{Wh} was {subject} {verb}{tail}?", f"{subject} was {verb} {prep or 'by'} {wh}?".replace("  ", " ")]
+        forms = [f"{Wh} was {subject} {verb}{tail}?", f"{subject} was {verb}{tail} {wh}?"]
         if wh == "when":
             forms += [f"In what year was {subject} {verb}?", f"What year was {subject} {verb}?"]
         elif wh == "where":
             forms += [f"In what place was {subject} {verb}?"]
         return forms
     tail = "" if wh in ("when", "where") else f" {prep}" if prep else ""
-    forms = [f"{Wh} did {subject} {verb}{tail}?", f"{subject} {past(verb)} {prep + ' ' if prep else ''}{wh}?",
+    forms = [f"{Wh} did {subject} {verb}{tail}?", f"{subject} {past(verb)}{tail} {wh}?",
              f"According to the documents, {wh} did {subject} {verb}{tail}?"]
     if wh == "when":
         forms += [f"In what year did {subject} {verb}{' ' + prep if prep and prep != 'in' else ''}?"]
@@ -140,7 +149,8 @@ def describe(bridge: str, via: Fact, roles: dict[str, str]) -> str | None:
     if via.relation == "is" or verb == "born":
         return None
     if key(via.object) == key(bridge):
-        return f"the {role} that {via.subject} {past(verb)}{' ' + prep if prep else ''}"
+        said = f"was {verb}" if _passive(verb) else past(verb)
+        return f"the {role} that {via.subject} {said}{' ' + prep if prep else ''}"
     if _passive(verb):
         return f"the {role} {verb} {prep + ' ' if prep else ''}{via.object}"
     return f"the {role} who {past(verb)} {prep + ' ' if prep else ''}{via.object}"
@@ -152,7 +162,7 @@ def key(text: str) -> str:
     return normalize_answer(text)
 
 
-def load_facts(data: IndexData) -> tuple[list[Fact], dict[str, str]]:
+def load_facts(data: Corpus) -> tuple[list[Fact], dict[str, str]]:
     """The index's triples whose subject is a named entity of its passage (or the passage's title) and whose object
     is written in the passage, and each named entity's role (its first "is" object: "composer")."""
     facts: list[Fact] = []
@@ -231,7 +241,7 @@ def comparisons(facts: Sequence[Fact], rng: random.Random) -> Iterable[Question]
                            {"values": {a.subject: a.object, b.subject: b.object}})
 
 
-def unanswerables(facts: Sequence[Fact], data: IndexData, rng: random.Random) -> Iterable[Question]:
+def unanswerables(facts: Sequence[Fact], data: Corpus, rng: random.Random) -> Iterable[Question]:
     """A subject asked for a relation that other subjects of its kind have and its own passage does not state (nor
     does the verb occur in it)."""
     by_subject = _answers_by_subject(facts)
@@ -258,10 +268,15 @@ def unanswerables(facts: Sequence[Fact], data: IndexData, rng: random.Random) ->
 def entity_kind(name: str, text: str) -> str | None:
     """spaCy's label of ``name`` where its passage names it (PERSON, ORG, GPE, ...): what kinds of relations it can
     be asked for ("Where was the Bank of Oreland born?" is not a question)."""
+    labels = [label for ent, label in _entities(text) if key(ent) == key(name)]
+    return labels[0] if labels else None
+
+
+@functools.lru_cache(maxsize=8192)
+def _entities(text: str) -> tuple[tuple[str, str], ...]:
     from routerag.policy.short_answer import _nlp
 
-    labels = [e.label_ for e in _nlp()(text).ents if key(e.text) == key(name)]
-    return labels[0] if labels else None
+    return tuple((e.text, e.label_) for e in _nlp()(text).ents)
 
 
 # -- filters and output ----------------------------------------------------------------------------------------------
@@ -270,7 +285,7 @@ def _content(text: str) -> frozenset[str]:
     return frozenset(w for w in key(text).split() if w not in _STOP)
 
 
-def keep(q: Question, data: IndexData, seen: set[frozenset[str]]) -> bool:
+def keep(q: Question, data: Corpus, seen: set[frozenset[str]]) -> bool:
     """The answer is in a gold passage and not in the question; not a near-duplicate of a question already kept
     (the same content words)."""
     words = _content(q.question)
@@ -286,7 +301,7 @@ def keep(q: Question, data: IndexData, seen: set[frozenset[str]]) -> bool:
     return True
 
 
-def make_questions(data: IndexData, *, per_type: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+def make_questions(data: Corpus, *, per_type: int = 200, seed: int = 0) -> list[dict[str, Any]]:
     """Up to ``per_type`` questions of each type (a seeded shuffle), as question-file rows (``routerag eval`` and
     the trainers read them)."""
     rng = random.Random(seed)
