@@ -118,6 +118,8 @@ def score(item: QAItem, strategy: str, outcome: Summary, wall_ms: float, *, erro
         "searches": len(outcome.searches),
         "modes": [s.mode for s in outcome.searches],
         "queries": [s.query for s in outcome.searches],
+        "query_sources": [t.get("query_source") for t in outcome.trace if t.get("action") == "search"],
+        "queries_replaced": sum(1 for t in outcome.trace if t.get("action") == "search" and t.get("query_generated")),
         "retrieval_ms": outcome.retrieval_ms,
         "search_ms": [round(s.retrieval_ms, 3) for s in outcome.searches],
         "generation_ms": round(outcome.generation_ms, 3),
