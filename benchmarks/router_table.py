@@ -27,12 +27,19 @@ def grounded_share(path, index):
                 n += 1; asq += q.strip() == r["question"].strip(); g += is_grounded(q, r["question"], docs)
         return n, g, asq
 
+def summaries(folder):
+    """Each strategy's summary from its records (a run still going counts the questions it finished)."""
+    from routerag.evaluation import summarize
+    from routerag.evaluation.records import read_records
+
+    return {p.stem: summarize(read_records(p)) for p in sorted(Path(folder).glob("*.jsonl"))} if folder.is_dir() else {}
+
+
 def pct(x): return "—" if x is None else f"{100*x:.1f}"
 def num(x, d=2): return "—" if x is None else f"{x:.{d}f}"
 
 def table(setname, grounded_dir, free_dir, index):
-    g = json.load(open(grounded_dir / "report.json"))["summaries"]
-    f = json.load(open(free_dir / "report.json"))["summaries"] if (free_dir / "report.json").exists() else {}
+    g, f = summaries(grounded_dir), summaries(free_dir)
     order = [("router, grounded queries", g.get("learned"), grounded_dir / "learned.jsonl"),
              ("router, free queries", f.get("learned"), free_dir / "learned.jsonl"),
              ("one passage search", g.get("naive-passage"), None), ("one graph search", g.get("naive-graph"), None),
@@ -57,6 +64,6 @@ SETS = [("sample questions", "sample-grounded/questions", "sample-free/questions
         ("HotpotQA held-out half (first 10)", "hotpot-grounded/hotpot_heldout10", "hotpot-free/hotpot_heldout10",
          "indexes/hotpot-small")]
 for name, g, f, index in SETS:
-    if (R / g / "report.json").exists():
+    if (R / g).is_dir():
         print(table(name, R / g, R / f, index))
         print()

@@ -63,3 +63,4 @@ def test_phrasings_vary_per_relation() -> None:
         assert len(set(forms)) >= 3, rel
     assert [past(v) for v in ("write", "premiere", "study", "direct", "found")] == \
         ["wrote", "premiered", "studied", "directed", "founded"]  # to found: founded
+    assert [past(v) for v in ("runs", "includes", "hosted", "was born")] == ["ran", "included", "hosted", "was born"]

@@ -39,7 +39,7 @@ _IRREGULAR = {"write": "wrote", "teach": "taught", "spend": "spent", "meet": "me
               "become": "became", "begin": "began", "leave": "left", "hold": "held", "take": "took", "run": "ran",
               "know": "knew", "see": "saw", "go": "went", "come": "came", "tell": "told", "find": "found",
               "buy": "bought", "pay": "paid", "bring": "brought", "think": "thought", "fly": "flew",
-              "sing": "sang", "draw": "drew", "grow": "grew", "fall": "fell", "have": "had", "do": "did"}
+              "sing": "sang", "draw": "drew", "grow": "grew", "fall": "fell", "have": "had", "has": "had", "do": "did", "does": "did"}
 _STOP = frozenset("a an the of in on at to for from by with and or is are was were what which who whom when where "
                   "how did does do".split())
 
@@ -74,8 +74,13 @@ class Question:
 
 def past(verb: str) -> str:
     """A relation's verb (the CPU extractor's lemma) in the past tense; a participle ("born") stays."""
-    if verb.endswith(("ed", "en")) or verb in ("born", "sold", "is"):
+    if " " in verb:  # an LLM extractor's "was born in", "hosted the": inflect the first word only
+        first, rest = verb.split(" ", 1)
+        return f"{past(first)} {rest}"
+    if verb.endswith(("ed", "en")) or verb in ("born", "sold", "is", "was", "were", "had"):
         return {"is": "was"}.get(verb, verb)
+    if verb.endswith("s") and not verb.endswith("ss") and len(verb) > 3:  # "runs", "includes": already inflected
+        verb = verb[:-1]
     if verb in _IRREGULAR:
         return _IRREGULAR[verb]
     if verb.endswith("e"):
@@ -173,7 +178,7 @@ def load_facts(data: Corpus) -> tuple[list[Fact], dict[str, str]]:
         for s, r, o in ie.triples:
             if key(s) not in named or not s[:1].isupper() or key(o) in _PRONOUNS or key(s) == key(o) or not key(o):
                 continue
-            if r.startswith("is ") or (r != "is" and not (o[:1].isupper() or _YEAR.match(o))):
+            if r.startswith("is ") or len(r.split()) > 3 or (r != "is" and not (o[:1].isupper() or _YEAR.match(o))):
                 continue  # "is with", and common-noun objects ("tell story"), are no questions
             if f" {key(o)} " not in f" {text} ":
                 continue
