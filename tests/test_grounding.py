@@ -102,6 +102,7 @@ def test_a_rewritten_question_becomes_its_closest_span() -> None:
     assert g.replaced and key(g.query) == key("River Tamm")
     assert is_grounded("River Tamm", "How long is the River Tamm?", [])  # a span of the question
     assert not is_grounded("Oreland", "How long is the River Tamm?", [])  # no document shown yet
+    assert not is_grounded("In what year", "In what year was the River Tamm bridged by the Venn Company?", [])
     assert is_grounded("Oreland", "How long is the River Tamm?", [doc])
 
 

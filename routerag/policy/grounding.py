@@ -124,9 +124,11 @@ def candidates(question: str, docs: Sequence[RetrievedDoc]) -> list[Candidate]:
 
 
 def question_span(query: str, question: str) -> bool:
-    """Whether ``query`` is a contiguous run of the question's words (with at least one content word)."""
+    """Whether ``query`` is a contiguous run of the question's words holding at least half of its content words
+    (so "In what year", a span of a HotpotQA question, is not a query; the question's own entities and noun chunks
+    are candidates anyway)."""
     q, whole = key(query).split(), key(question).split()
-    if not q or not content_words(" ".join(q)):
+    if not q or 2 * len(content_words(" ".join(q))) < len(content_words(question)):
         return False
     return any(whole[i: i + len(q)] == q for i in range(len(whole) - len(q) + 1))
 
