@@ -25,7 +25,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from graph_index.config import BuildConfig, SettingsError, StrictModel, accepted_keys, closest_name, section_of
 from graph_index.llm_clients import Endpoint
 
-from .vocabulary import Mode, ReaderKind, ReaderPrompt
+from .vocabulary import Mode, QueryMode, ReaderKind, ReaderPrompt
 
 
 def default_model_dir() -> Path:
@@ -37,8 +37,9 @@ def default_model_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routerag" / "models"
 
 
-LOOP_DEFAULTS: dict[str, int] = {"budget": 4, "k": 3, "max_information_tokens": 500, "max_turn_tokens": 500,
-                                 "max_total_tokens": 4096, "max_invalid": 2, "fresh_documents": False}
+LOOP_DEFAULTS: dict[str, Any] = {"budget": 4, "k": 3, "max_information_tokens": 500, "max_turn_tokens": 500,
+                                 "max_total_tokens": 4096, "max_invalid": 2, "fresh_documents": False,
+                                 "query": "free"}
 """RouteRAG's loop settings: what a policy without a card (an untrained or foreign model) runs with."""
 
 
@@ -229,9 +230,14 @@ class LoopSettings(StrictModel):
     """A search shows only documents the trajectory has not been shown yet: the retriever is asked for ``k`` more
     per document already shown, and those are left out. So searching the same question again, in any mode, reads
     the next documents instead of the same ones (off: RouteRAG shows whatever the retriever returns)."""
+    query: QueryMode | None = None
+    """``grounded``: a search's query must be the question, a span of it, or a title, named entity or noun chunk of
+    the documents shown so far; any other query is replaced by the closest of those (:mod:`routerag.policy.grounding`).
+    Turn it on for small policies that invent queries (the embedded router's card does); ``free`` (the default for
+    other models): search whatever the policy writes, as a served LLM that rewrites queries well should."""
 
 
-    def resolve(self, *fallbacks: LoopSettings | None) -> dict[str, int]:
+    def resolve(self, *fallbacks: LoopSettings | None) -> dict[str, Any]:
         """Every field decided: this object's value where set, else the first fallback's that is set (a trainer's
         ``[policy]``, a policy's card), else :data:`LOOP_DEFAULTS`."""
         out = {}

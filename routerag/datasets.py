@@ -6,6 +6,10 @@
 * MuSiQue: ``answer`` + ``answer_aliases``, ``paragraphs`` with ``paragraph_text`` and ``is_supporting``;
 * JSONL: ``{"question", "answers", "supporting"?}`` with supporting titles or ``{"title", "text"}`` objects.
 
+A question with an explicitly empty answer list (``"answers": []``) is *unanswerable* (the corpus does not say):
+the right response is a refusal (``QAItem.answerable`` is False). A question with no answer field at all is an error,
+so a typo in a key is not read as "unanswerable".
+
 Gold passages with text are matched to retrieved passages by content hash (exact); title-only gold by title.
 """
 
@@ -41,6 +45,11 @@ class QAItem:
     answers: list[str]
     supporting: list[GoldPassage] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def answerable(self) -> bool:
+        """Whether the question has a gold answer (an unanswerable one is answered right by a refusal)."""
+        return bool(self.answers)
 
     def support_recall(self, retrieved: Sequence[tuple[str, str]], k: int) -> float | None:
         """Share of gold passages among the first ``k`` retrieved (title, content hash) pairs; ``None`` when the
@@ -103,13 +112,20 @@ def parse_item(row: Any, default_id: str = "") -> QAItem:
     if not isinstance(question, str) or not question.strip():
         raise DatasetError("missing 'question'")
     answers = _answers(row)
-    if not answers:
-        raise DatasetError("no gold answer ('answers', 'answer' or 'possible_answers')")
+    if not answers and not _explicitly_unanswerable(row):
+        raise DatasetError("no gold answer ('answers', 'answer' or 'possible_answers'; an unanswerable question "
+                           "has \"answers\": [])")
     qid = str(row.get("id", row.get("_id", default_id)))
     meta = {k: row[k] for k in ("type", "level", "prop") if k in row}
+    if not answers:
+        meta["unanswerable"] = True
     if isinstance(row.get("supporting_facts"), list) or "question_decomposition" in row:
         meta["multi_hop"] = True  # every supporting passage is needed (unlike PopQA's subject and object pages)
     return QAItem(id=qid, question=question.strip(), answers=answers, supporting=_supporting(row), meta=meta)
+
+
+def _explicitly_unanswerable(row: dict) -> bool:
+    return row.get("answers") == [] or row.get("answerable") is False
 
 
 def _answers(row: dict) -> list[str]:

@@ -33,5 +33,9 @@ ReaderKind = Literal["policy", "base", "generator", "extractive"]
 """Who writes the final answer: the policy in its ``<answer>``, the policy's base model with its adapter off, a
 configured answer generator, or the extractive reader (a span of the retrieved documents, or an abstention)."""
 
+QueryMode = Literal["grounded", "free"]
+"""What a policy may search for: ``grounded`` (the question, a span of it, or a title, entity or noun chunk of the
+documents shown so far; anything else is replaced by the closest of those) or ``free`` (whatever it writes)."""
+
 ReaderPrompt = Literal["instruct", "fewshot"]
 """How a reader is asked: a chat message asking for the answer in tags, or a plain few-shot completion."""

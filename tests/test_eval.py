@@ -73,7 +73,10 @@ def respond(req) -> str:
 def make_engine(tmp_path: Path | None = None, *, tokenizer=None, search: FakeSearch | None = None,
                 settings: Settings | None = None) -> Engine:
     gen = ScriptedGenerator([respond] * 1000, tokenizer=tokenizer)
-    return Engine("unused", settings or Settings(), generator=gen, search=search or FakeSearch(dict(SEARCH_DOCS)),
+    settings = settings or Settings()
+    if settings.policy.query is None:  # the scripted policy's queries are searched as written (test_grounding.py)
+        settings = settings.model_copy(update={"policy": settings.policy.model_copy(update={"query": "free"})})
+    return Engine("unused", settings, generator=gen, search=search or FakeSearch(dict(SEARCH_DOCS)),
                   retriever=SimpleNamespace(passages=[]))  # type: ignore[arg-type]
 
 
@@ -187,7 +190,7 @@ def test_one_search_in_each_fixed_mode_with_the_policys_reader(tmp_path: Path, q
             return "<answer> I think Joran Veld made them </answer>"
         return respond(req)
 
-    settings = Settings(policy={"reader": "policy", "short_answer": True})
+    settings = Settings(policy={"reader": "policy", "short_answer": True, "query": "free"})
     docs = {**SEARCH_DOCS, "Who made the chapel windows?": ["Chapel", "Joran Veld"]}
     engine = Engine("unused", settings, generator=ScriptedGenerator([reply] * 100), search=FakeSearch(docs),
                     retriever=SimpleNamespace(passages=[]))
@@ -295,7 +298,7 @@ def test_failed_questions_are_recorded_then_retried(tmp_path: Path, qfile: Path)
 
     out = tmp_path / "out"
     gen = ScriptedGenerator([flaky] * 100)
-    engine = Engine("unused", Settings(), generator=gen, search=FakeSearch(dict(SEARCH_DOCS)),
+    engine = Engine("unused", Settings(policy={"query": "free"}), generator=gen, search=FakeSearch(dict(SEARCH_DOCS)),
                     retriever=SimpleNamespace(passages=[]))
     overview = evaluate(engine, qfile, out, strategies=["learned"])
     s = overview["datasets"][0]["summaries"]["learned"]

@@ -195,8 +195,8 @@ def test_summary_counts_refusals_and_accuracy_on_answered_questions() -> None:
     none = summarize([rec(0, 0, 0, True)] * 2)
     assert none["refusal_rate"] == 1.0 and none["em_answered"] is None
     assert summarize([])["refusal_rate"] is None
-    assert refusal_table({"learned": s})[2] == "| learned | 25.0 | 66.7 | 83.3 | 100.0 | answer 3, refused 1 |"
-    assert refusal_table({"all": none})[2] == "| all | 100.0 | — | — | — | refused 2 |"
+    assert refusal_table({"learned": s})[2] == "| learned | 25.0 | 66.7 | 83.3 | 100.0 | — | — | 0.0 | answer 3, refused 1 |"
+    assert refusal_table({"all": none})[2] == "| all | 100.0 | — | — | — | — | — | 0.0 | refused 2 |"
 
 
 def test_the_harness_records_refusals_and_reports_them(tmp_path: Path) -> None:

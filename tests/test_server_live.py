@@ -176,7 +176,7 @@ def completions_policy(req: dict) -> Reply:
 
 def test_openai_backend_end_to_end_through_ask(index: Path, retriever: Retriever) -> None:
     with FakeOpenAIServer(completions_policy) as llm:
-        settings = Settings()
+        settings = Settings(policy={"query": "free"})  # a served model's queries are its own
         gen = OpenAIGenerator(GeneratorConfig(backend="openai", model="policy-model", base_url=llm.base_url,
                                               timeout_s=10, api="completions"))
         app = create_app(Engine(index, settings, generator=gen, retriever=retriever), settings)

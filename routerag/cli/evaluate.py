@@ -30,7 +30,8 @@ def eval_cmd(
     modes: Annotated[str, typer.Option(help="Comma-separated strategies: learned, passage, graph, hybrid (the policy, "
                                             "its searches forced into one mode), naive-rag, naive-passage, "
                                             "naive-graph, naive-hybrid (one search of the question, then the "
-                                            "policy's reader), no-retrieval.")] = "learned",
+                                            "policy's reader), two-search (the question, then the first new "
+                                            "entity of its top document), no-retrieval.")] = "learned",
     limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions of each file.")] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Questions in flight at once (their generations and "
                                                          "searches are batched).")] = 16,

@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
     app.command("train")(train_cmd)
     app.command("train-sft")(sft_cmd)
     app.command("prepare-data")(prepare_cmd)
+    app.command("make-questions")(make_questions_cmd)
     app.command("merge-adapter")(merge_cmd)
 
 
@@ -286,6 +287,20 @@ def prepare_cmd(
     keep = solved_ids(solved_in) if solved_in is not None else None
     print_json(prepare(inputs, out, split=split, limit=limit, data_source=data_source, keep_ids=keep,
                        template=template))
+
+
+@handle_errors
+def make_questions_cmd(
+    index: Annotated[Path, typer.Argument(help="A built index (routerag build-graph).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Question file to write (JSONL).")],
+    per_type: Annotated[int, typer.Option(min=1, help="At most this many questions of each type.")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of the phrasings and the selection.")] = 0,
+) -> None:
+    """Derive questions with answers and gold passages from the index's own facts: single-hop, bridge, comparison
+    and unanswerable ones (answers: []), for routerag eval, train-sft and train. Prints the count per type."""
+    from training.questions import write_questions
+
+    print_json(write_questions(index, out, per_type=per_type, seed=seed))
 
 
 @handle_errors

@@ -58,6 +58,13 @@ DEFINITIONS = {
                     "not answer it); a refusal scores 0 on EM, F1 and GenAcc",
     "answered": "em_answered, f1_answered, gen_acc_answered: EM, F1 and GenAcc over the questions not refused; "
                 "undefined when every question was refused",
+    "refusal_precision": "share of the refusals that were on unanswerable questions (answers: []); undefined when "
+                         "the set has no unanswerable question or nothing was refused",
+    "refusal_recall": "share of the unanswerable questions refused; undefined when the set has none",
+    "refused_with_answer": "share of the answerable questions refused although a retrieved document held the "
+                           "answer (the policy refused against its own evidence)",
+    "unanswerable": "a question with no answer (answers: []) scores 1 on EM, F1 and GenAcc when refused, else 0; "
+                    "its answer recall is undefined",
     "retrieval_ms": "retrieval time per question (sum over its searches); retrieval_ms_per_search: total retrieval "
                     "time / total searches",
 }
@@ -80,8 +87,14 @@ def score(item: QAItem, strategy: str, outcome: Summary, wall_ms: float, *, erro
     """The per-question record written to ``<strategy>.jsonl``."""
     docs = distinct_docs(outcome.documents)
     keys = [(d.title, h) for d, h in docs]
-    scored = None if outcome.refused else outcome.answer  # a refusal's sentence is no answer: it scores 0
     retrieves = strategy != NO_RETRIEVAL  # recall of a strategy that never retrieves is undefined, not 0
+    if item.answerable:
+        scored = None if outcome.refused else outcome.answer  # a refusal's sentence is no answer: it scores 0
+        em, f, ga = (exact_match(scored, item.answers), f1(scored, item.answers), gen_acc(scored, item.answers))
+        held = answer_in_documents([f"{d.title} {d.text}" for d, _ in docs], item.answers) if retrieves else None
+    else:  # the right response to an unanswerable question is a refusal (SQuAD 2.0's no-answer scoring)
+        em = f = ga = float(outcome.refused)
+        held = None
     recall: dict[str, float | None] = {}
     for k in RECALL_KS:
         recall[f"recall@{k}"] = item.support_recall(keys, k) if retrieves else None
@@ -92,19 +105,21 @@ def score(item: QAItem, strategy: str, outcome: Summary, wall_ms: float, *, erro
         "question": item.question,
         "type": question_type(item),
         "answers": item.answers,
+        "answerable": item.answerable,
         "prediction": outcome.answer,
         "refused": outcome.refused,
-        "em": exact_match(scored, item.answers),
-        "f1": f1(scored, item.answers),
-        "gen_acc": gen_acc(scored, item.answers),
-        "answer_recall": (answer_in_documents([f"{d.title} {d.text}" for d, _ in docs], item.answers)
-                          if retrieves else None),
+        "em": em,
+        "f1": f,
+        "gen_acc": ga,
+        "answer_recall": held,
         **recall,
         "gold_passages": len(item.supporting),
         "retrieved": len(docs),
         "searches": len(outcome.searches),
         "modes": [s.mode for s in outcome.searches],
         "queries": [s.query for s in outcome.searches],
+        "query_sources": [t.get("query_source") for t in outcome.trace if t.get("action") == "search"],
+        "queries_replaced": sum(1 for t in outcome.trace if t.get("action") == "search" and t.get("query_generated")),
         "retrieval_ms": outcome.retrieval_ms,
         "search_ms": [round(s.retrieval_ms, 3) for s in outcome.searches],
         "generation_ms": round(outcome.generation_ms, 3),
@@ -154,6 +169,7 @@ def summarize(records: Sequence[dict[str, Any]], *, _by_type: bool = False) -> d
         "questions": n,
         "em": em, "f1": f, "gen_acc": ga,
         "refusal_rate": (n - len(answered)) / n if n else None,
+        **refusal_scores(records),
         **{f"{k}_answered": _mean([r.get(k) for r in answered]) for k in ("em", "f1", "gen_acc")},
         **{k: mean(k) for k in RECALL_KEYS},
         "answer_recall": mean("answer_recall"),
@@ -175,6 +191,22 @@ def summarize(records: Sequence[dict[str, Any]], *, _by_type: bool = False) -> d
     if len(types) > 1 and not _by_type:
         out["by_type"] = {t: summarize([r for r in records if r.get("type") == t], _by_type=True) for t in types}
     return out
+
+
+def refusal_scores(records: Sequence[dict[str, Any]]) -> dict[str, float | int | None]:
+    """Refusal precision and recall against the unanswerable questions, and the refusals against the evidence (see
+    :data:`DEFINITIONS`). Records written before unanswerable questions existed count as answerable."""
+    refused = [r for r in records if r.get("refused")]
+    unanswerable = [r for r in records if r.get("answerable") is False]
+    answerable = [r for r in records if r.get("answerable", True)]
+    hits = sum(1 for r in refused if r.get("answerable") is False)
+    return {
+        "unanswerable": len(unanswerable),
+        "refusal_precision": hits / len(refused) if refused and unanswerable else None,
+        "refusal_recall": hits / len(unanswerable) if unanswerable else None,
+        "refused_with_answer": (sum(1 for r in answerable if r.get("refused") and r.get("answer_recall"))
+                                / len(answerable) if answerable else None),
+    }
 
 
 def read_records(path: str | Path, required: Sequence[str] = ("id",)) -> list[dict[str, Any]]:

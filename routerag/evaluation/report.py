@@ -80,7 +80,8 @@ def results_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
     return rows
 
 
-REFUSAL_COLUMNS = ("strategy", "refusal %", "EM answered", "F1 answered", "GenAcc answered", "endings")
+REFUSAL_COLUMNS = ("strategy", "refusal %", "EM answered", "F1 answered", "GenAcc answered", "refusal precision",
+                   "refusal recall", "refused with answer %", "endings")
 
 
 def refusal_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
@@ -91,7 +92,9 @@ def refusal_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
     for name, s in summaries.items():
         endings = ", ".join(f"{k} {v}" for k, v in sorted(s.get("finish", {}).items(), key=lambda kv: -kv[1]))
         cells = [name, _pct(s.get("refusal_rate")),
-                 *(_pct(s.get(f"{k}_answered")) for k in ("em", "f1", "gen_acc")), endings or "—"]
+                 *(_pct(s.get(f"{k}_answered")) for k in ("em", "f1", "gen_acc")),
+                 _num(s.get("refusal_precision"), 2), _num(s.get("refusal_recall"), 2),
+                 _pct(s.get("refused_with_answer")), endings or "—"]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 

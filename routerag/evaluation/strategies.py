@@ -7,6 +7,9 @@
   3 by default), then one answer from those documents by the same reader as the policy's final answer: the
   fixed-pipeline baseline every RAG paper reports. ``naive-passage``, ``naive-graph`` and ``naive-hybrid`` fix the
   mode (one search in each fixed mode).
+* ``two-search``: a fixed two-hop pipeline: one search of the question, then one search of the first entity its
+  top document names that the question does not (:func:`~routerag.policy.grounding.new_entity`: the bridge), for
+  documents not shown yet, both in the settings' retrieval mode; the reader reads both searches' documents.
 * ``no-retrieval``: the model answers from its own knowledge (the floor retrieval must beat).
 
 All strategies go through the engine's backends, so concurrent questions share its generation and retrieval
@@ -22,6 +25,8 @@ from typing import TYPE_CHECKING, Literal, get_args
 from graph_index.config import SettingsError
 
 from ..policy.answering import Reader, answer_directly
+from ..policy.grounding import new_entity
+from ..policy.loop import doc_key, unseen_documents
 from ..policy.tokens import TokenCounter
 from ..policy.types import Generation, GenerationRequest, Generator, SearchRecord, Summary
 from ..prompts import REFUSAL_ANSWER
@@ -29,13 +34,16 @@ from ..vocabulary import ASK_MODES, MODES, AskMode, Mode
 
 if TYPE_CHECKING:
     from ..engine import Engine
+    from ..retrieval import RetrievalResult
 
-Strategy = Literal[AskMode, "naive-rag", "naive-passage", "naive-graph", "naive-hybrid", "no-retrieval"]
+Strategy = Literal[AskMode, "naive-rag", "naive-passage", "naive-graph", "naive-hybrid", "two-search",
+                   "no-retrieval"]
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 NAIVE_STRATEGIES: dict[str, Mode | None] = {"naive-rag": None, **{f"naive-{m}": m for m in MODES}}
 """One search of the question itself in a fixed mode (None: the settings' ``retrieval.mode``), then the reader."""
 POLICY_STRATEGIES: tuple[Strategy, ...] = ASK_MODES
 """Strategies that run the policy loop (and so have a format to get right)."""
+TWO_SEARCH: Strategy = "two-search"
 NO_RETRIEVAL: Strategy = "no-retrieval"
 """The strategy that never retrieves (its recall is undefined rather than 0)."""
 
@@ -94,23 +102,40 @@ async def run_strategy(engine: Engine, question: str, strategy: Strategy, *, bud
     # policy's base model, or the policy model itself
     reader = engine.loop_config.reader
     gen = MeteredGenerator(reader.generator or engine.generator)
-    if strategy in NAIVE_STRATEGIES:
-        mode: Mode = NAIVE_STRATEGIES[strategy] or engine.settings.retrieval.mode
+    if strategy in NAIVE_STRATEGIES or strategy == TWO_SEARCH:
+        mode: Mode = NAIVE_STRATEGIES.get(strategy) or engine.settings.retrieval.mode
         top_k = k if k is not None else engine.loop_config.k
-        t0 = time.perf_counter()
-        res = await engine.search.search(question, mode, top_k)
-        ms = res.ms if res.timings_ms else (time.perf_counter() - t0) * 1000
-        docs = engine.loop.read_documents([res], replace(engine.loop_config, k=top_k), cut=reader.extractive is None)
+        results, searches = await _fixed_searches(engine, question, mode, top_k, 2 if strategy == TWO_SEARCH else 1)
+        docs = engine.loop.read_documents(results, replace(engine.loop_config, k=top_k), cut=reader.extractive is None)
         t1 = time.perf_counter()
         read = await Reader(gen, reader.prompt, reader.short_answer, reader.extractive).read_answer(question, docs)
         reader_ms = gen.generation_ms if reader.extractive is None else (time.perf_counter() - t1) * 1000
         # the extractive reader's abstention is a refusal, as in the loop
         return Summary(REFUSAL_ANSWER if read.abstained else read.answer, "refused" if read.abstained else "answer",
-                       searches=[SearchRecord(mode, question, round(ms, 3), [d.title for d in res.docs])],
-                       documents=list(res.docs), generation_ms=round(reader_ms, 3),
-                       prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens, citation=read.citation)
+                       searches=searches, documents=[d for r in results for d in r.docs],
+                       generation_ms=round(reader_ms, 3), prompt_tokens=gen.prompt_tokens,
+                       completion_tokens=gen.completion_tokens, citation=read.citation)
     if strategy == NO_RETRIEVAL:
         answer = await answer_directly(gen, question)
         return Summary(answer, "answer", generation_ms=round(gen.generation_ms, 3), prompt_tokens=gen.prompt_tokens,
                        completion_tokens=gen.completion_tokens)
     raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+
+
+async def _fixed_searches(engine: Engine, question: str, mode: Mode, top_k: int,
+                          count: int) -> tuple[list[RetrievalResult], list[SearchRecord]]:
+    """The baselines' searches: the question, then (two-search) the first new entity of the top document, each
+    showing only documents not shown before."""
+    results: list[RetrievalResult] = []
+    searches: list[SearchRecord] = []
+    query: str | None = question
+    while query is not None and len(results) < count:
+        shown = {doc_key(d) for r in results for d in r.docs}
+        t0 = time.perf_counter()
+        res = await engine.search.search(query, mode, top_k + len(shown))
+        ms = res.ms if res.timings_ms else (time.perf_counter() - t0) * 1000
+        res = replace(res, docs=unseen_documents(res.docs, shown, top_k))
+        results.append(res)
+        searches.append(SearchRecord(mode, query, round(ms, 3), [d.title for d in res.docs]))
+        query = new_entity(question, res.docs[0]) if res.docs else None
+    return results, searches

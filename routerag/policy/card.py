@@ -54,7 +54,7 @@ class PolicyCard(BaseModel):
 class ResolvedPolicy:
     """Every loop setting decided: the user's where set, else the card's, else the built-in default."""
 
-    loop: dict[str, int]
+    loop: dict[str, Any]
     template: str
     reader: ReaderKind
     reader_prompt: ReaderPrompt

@@ -32,8 +32,9 @@ from ..config import LOOP_DEFAULTS
 from ..prompts import (BUDGET_NOTICE, BUDGET_NOTICE_TEXT, DEFAULT_INSTRUCTION, INFORMATION_BLOCK, INVALID_NOTICE,
                        REFUSAL_ANSWER, SEARCH_FAILED_NOTICE, format_documents, user_message)
 from ..retrieval import QueryError, RetrievalResult, RetrievedDoc
-from ..vocabulary import Mode, ReaderPrompt, SegmentKind
+from ..vocabulary import Mode, QueryMode, ReaderPrompt, SegmentKind
 from .answering import Reader
+from .grounding import ground, rewrite_search
 from .parsing import STOP_STRINGS, Action, close_stop, is_refusal, parse_turn
 from .tokens import TokenCounter
 from .types import Generation, GenerationRequest, Generator, SearchBackend, Segment, Step, Trajectory
@@ -74,6 +75,9 @@ class LoopConfig:
     "extractive"``: it answers instead of ``answer_generator``."""
     short_answer: bool = False
     """Cut the final answer to the span of the retrieved documents it names (:mod:`.short_answer`)."""
+    query: QueryMode = LOOP_DEFAULTS["query"]
+    """``grounded``: a query outside the question and the spans of the documents shown is replaced by the closest
+    allowed one (:mod:`.grounding`); ``free``: searched as written."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -217,6 +221,8 @@ class PolicyLoop:
             step.action, step.query = "over_budget", action.content
             run.traj.steps.append(step)
             return State.FORCE_ANSWER
+        if run.cfg.query == "grounded":
+            action = self._ground(run, step, text, action)
         run.pending = (step, action)
         return State.SEARCH
 
@@ -324,6 +330,28 @@ class PolicyLoop:
         run.response_tokens += completion
         return text, gen, Step(len(run.traj.steps), "invalid", generation_ms=round(gen_ms, 3),
                                prompt_tokens=gen.prompt_tokens, completion_tokens=completion)
+
+    def _ground(self, run: _Run, step: Step, text: str, action: Action) -> Action:
+        """Keep the query if it is grounded, else search the closest allowed one and write that into the turn, so the
+        context shows what was searched (the turn's token ids are re-encoded and its log-probabilities dropped:
+        the policy did not write the replacement)."""
+        shown = [d for res in run.traj.retrieved for d in res.docs]
+        g = ground(action.content, run.traj.question, shown)
+        step.query_source, step.query_doc, step.query_generated = g.source, g.doc_id, g.generated
+        if not g.replaced:
+            return action
+        self._replace_last_generation(run, text, rewrite_search(text, g.query))
+        return replace(action, content=g.query)
+
+    def _replace_last_generation(self, run: _Run, old: str, new: str) -> None:
+        seg = run.traj.segments[-1]
+        assert seg.kind == "policy" and run.text.endswith(old)
+        run.text = run.text[: len(run.text) - len(old)] + new
+        seg.text, seg.logprobs = new, None
+        if run.ids is not None and seg.token_ids is not None:
+            ids = self.counter.encode(new)
+            run.ids = run.ids[: len(run.ids) - len(seg.token_ids)] + ids
+            seg.token_ids = ids
 
     def _count_invalid(self, run: _Run) -> State:
         """One more invalid turn: past ``max_invalid`` the answer is forced, else the policy tries again."""

@@ -94,6 +94,13 @@ class Step:
     mode: Mode | None = None
     mode_tags: list[str] = field(default_factory=list)
     query: str | None = None
+    query_source: str | None = None
+    """Where a grounded query came from (``question``, ``question_span``, ``title``, ``entity``, ``noun_chunk``:
+    :mod:`.grounding`); None with free queries."""
+    query_doc: str | None = None
+    """The id of the document a grounded query is a span of (None: the question)."""
+    query_generated: str | None = None
+    """What the policy wrote, when grounding replaced it."""
     answer: str | None = None
     doc_ids: list[str] = field(default_factory=list)
     doc_titles: list[str] = field(default_factory=list)

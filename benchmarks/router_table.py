@@ -1,0 +1,69 @@
+"""The issue-36 results table (docs/results.md): one row per strategy and question set, from `routerag eval` reports
+(REPORTS/<set>-grounded and REPORTS/<set>-free, the second the router with ROUTERAG_POLICY__QUERY=free), with how many
+of the router's queries were grounded (the question, a span of it, or a title, entity or noun chunk of the documents
+the run retrieved: an upper bound for free queries, whose check sees every document of the run) and how many were
+the question itself.
+
+    python benchmarks/router_table.py REPORTS
+"""
+import json, sys
+from pathlib import Path
+from graph_index.store import IndexData
+from routerag.policy.grounding import is_grounded
+from routerag.retrieval import RetrievedDoc
+
+def rows(report_dir, label_suffix=""):
+    rep = json.load(open(report_dir / "report.json"))
+    return rep["summaries"]
+
+def grounded_share(path, index):
+    with IndexData(index) as d:
+        by_id = {p.id: p for p in d.passages}
+        n = g = asq = 0
+        for line in open(path):
+            r = json.loads(line)
+            docs = [RetrievedDoc(i, by_id[i].title, by_id[i].text, 0) for i in r["doc_ids"] if i in by_id]
+            for q in r["queries"]:
+                n += 1; asq += q.strip() == r["question"].strip(); g += is_grounded(q, r["question"], docs)
+        return n, g, asq
+
+def summaries(folder):
+    """Each strategy's summary from its records (a run still going counts the questions it finished)."""
+    from routerag.evaluation import summarize
+    from routerag.evaluation.records import read_records
+
+    return {p.stem: summarize(read_records(p)) for p in sorted(Path(folder).glob("*.jsonl"))} if folder.is_dir() else {}
+
+
+def pct(x): return "—" if x is None else f"{100*x:.1f}"
+def num(x, d=2): return "—" if x is None else f"{x:.{d}f}"
+
+def table(setname, grounded_dir, free_dir, index):
+    g, f = summaries(grounded_dir), summaries(free_dir)
+    order = [("router, grounded queries", g.get("learned"), grounded_dir / "learned.jsonl"),
+             ("router, free queries", f.get("learned"), free_dir / "learned.jsonl"),
+             ("one passage search", g.get("naive-passage"), None), ("one graph search", g.get("naive-graph"), None),
+             ("one hybrid search", g.get("naive-hybrid"), None), ("two searches (question, then new entity)", g.get("two-search"), None),
+             ("no retrieval", g.get("no-retrieval"), None)]
+    out = [f"| {setname} | n | EM | F1 | answer recall | searches | retrieval ms/q | refusal % | refusal P | refusal R | refused with answer % | queries: grounded / question / all |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, s, path in order:
+        if s is None: continue
+        q = "—"
+        if path is not None and path.exists():
+            n, gr, asq = grounded_share(path, index); q = f"{gr} / {asq} / {n}"
+        out.append(f"| {name} | {s['questions']} | {pct(s['em'])} | {pct(s['f1'])} | {pct(s['answer_recall'])} | {num(s['searches'])} | {num(s['retrieval_ms'],1)} | {pct(s['refusal_rate'])} | {num(s.get('refusal_precision'))} | {num(s.get('refusal_recall'))} | {pct(s.get('refused_with_answer'))} | {q} |")
+    return "\n".join(out)
+
+R = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("reports")
+SETS = [("sample questions", "sample-grounded/questions", "sample-free/questions", "indexes/sample"),
+        ("corpus-derived (sample corpus)", "derived-grounded/derived_sample", "derived-free/derived_sample",
+         "indexes/sample"),
+        ("PopQA held-out (first 10)", "popqa-grounded/popqa_heldout10", "popqa-free/popqa_heldout10",
+         "indexes/popqa-small"),
+        ("HotpotQA held-out half (first 10)", "hotpot-grounded/hotpot_heldout10", "hotpot-free/hotpot_heldout10",
+         "indexes/hotpot-small")]
+for name, g, f, index in SETS:
+    if (R / g).is_dir():
+        print(table(name, R / g, R / f, index))
+        print()

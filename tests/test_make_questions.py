@@ -1,0 +1,66 @@
+"""``routerag make-questions`` on the sample corpus: questions of every type from the index's own facts, answers in
+their gold passages and not in the question, no near-duplicates, readable by the harness."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from graph_index.builder import Components, build_index
+from routerag.cli import app
+from routerag.config import Settings
+from routerag.datasets import load_questions
+from routerag.metrics import normalize_answer
+from training.questions import past, phrasings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def sample_index(tmp_path_factory, minilm, spacy_extractor) -> Path:
+    out = tmp_path_factory.mktemp("sample") / "idx"
+    cfg = Settings(cache_dir=out.parent / "cache")
+    build_index([ROOT / "routerag" / "samples" / "corpus.jsonl"], out, cfg, progress=False,
+                components=Components(cfg, embedder=minilm, extractor=spacy_extractor))
+    return out
+
+
+def test_questions_from_the_sample_index(sample_index: Path, tmp_path: Path) -> None:
+    out = tmp_path / "q.jsonl"
+    r = CliRunner().invoke(app, ["make-questions", str(sample_index), "--out", str(out), "--per-type", "40"])
+    assert r.exit_code == 0, r.output
+    counts = json.loads(r.output)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert counts["total"] == len(rows) and counts["single-hop"] >= 20 and counts["unanswerable"] >= 5
+    assert counts["bridge"] >= 1
+    seen = set()
+    for row in rows:
+        words = frozenset(normalize_answer(row["question"]).split())
+        assert words not in seen, row["question"]
+        seen.add(words)
+        gold = " ".join(normalize_answer(f"{p['title']} {p['text']}") for p in row["supporting"])
+        if row["type"] == "unanswerable":
+            assert row["answers"] == [] and row["supporting"]
+            continue
+        assert any(f" {normalize_answer(a)} " in f" {gold} " for a in row["answers"]), row
+        assert not any(f" {normalize_answer(a)} " in f" {normalize_answer(row['question'])} "
+                       for a in row["answers"]), row
+    bridges = [r for r in rows if r["type"] == "bridge"]
+    assert all(normalize_answer(r["bridge"]) not in normalize_answer(r["question"]) for r in bridges)
+    assert len(bridges[0]["supporting"]) == 2
+    items = load_questions(out)  # the harness reads them, unanswerable ones included
+    assert sum(not it.answerable for it in items) == counts["unanswerable"]
+    assert {it.meta["type"] for it in items} >= {"single-hop", "bridge", "unanswerable"}
+
+
+def test_phrasings_vary_per_relation() -> None:
+    for rel, answer in (("born in", "Kestrel Harbor"), ("premier in", "1994"), ("teach at", "University of Sarnow"),
+                        ("founded in", "1873"), ("is", "composer")):
+        forms = phrasings("Marisol Vantreigh", rel, answer)
+        assert len(set(forms)) >= 3, rel
+    assert [past(v) for v in ("write", "premiere", "study", "direct", "found")] == \
+        ["wrote", "premiered", "studied", "directed", "founded"]  # to found: founded
+    assert [past(v) for v in ("runs", "includes", "hosted", "was born")] == ["ran", "included", "hosted", "was born"]
