@@ -109,7 +109,10 @@ def build_span_model(card_layers: Sequence[int] | None = None) -> Any:
     class SpanReaderModel(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.bert = BertModel.from_pretrained(base_model_path(), add_pooling_layer=False)
+            # loaded whole and the pooler dropped: asking for no pooler leaves the checkpoint's pooler weights
+            # unexpected, and transformers prints a load report about them on every load
+            self.bert = BertModel.from_pretrained(base_model_path())
+            self.bert.pooler = None
             hidden = self.bert.config.hidden_size
             self.span = nn.Linear(hidden, 2)
             self.yes_no = nn.Linear(hidden, 1)
