@@ -22,6 +22,7 @@ The citation is the document and sentence that hold the chosen span (:class:`Rea
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import threading
@@ -289,6 +290,7 @@ def sentence_at(text: str, char: int) -> str:
 
 
 @lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=4)
 def load_reader(folder: str | None = None, abstain_below: float | None = None) -> ExtractiveReader:
     """One reader per folder and threshold in a process (the server, evaluation and ``ask`` share it)."""
     return ExtractiveReader(folder, abstain_below=abstain_below)
