@@ -249,6 +249,7 @@ class OnnxGenerator(TransformersGenerator):
         # the engine appends only through its own search step: it is handed logits that leave one choice (one buffer
         # for the whole decode, its previous choice reset each step: a fresh one was 3 MB per token at batch 16)
         forced: np.ndarray | None = None
+        previous: np.ndarray | None = None
         for length in range(width + 1, max_length + 1):
             logits = gen.get_logits().reshape(b, -1)
             chosen, lp = self._choose(logits, temp, rng, want_logprobs)
@@ -263,7 +264,7 @@ class OnnxGenerator(TransformersGenerator):
                 break
             if forced is None:
                 forced = np.full((b, logits.shape[-1]), -np.inf, dtype=np.float32)
-            else:
+            if previous is not None:
                 forced[rows, previous] = -np.inf
             forced[rows, chosen] = 0.0
             previous = chosen
