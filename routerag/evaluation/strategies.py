@@ -19,6 +19,7 @@ batches.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal, get_args
 
@@ -98,38 +99,56 @@ async def run_strategy(engine: Engine, question: str, strategy: Strategy, *, bud
     if strategy in POLICY_STRATEGIES:
         traj = await engine.ask(question, mode=strategy, budget=budget, k=k)  # type: ignore[arg-type]
         return traj.summary()
-    # the same reader as the policy's final answer (model, prompt, short-answer step): the answer generator, the
-    # policy's base model, or the policy model itself
-    reader = engine.loop_config.reader
-    gen = MeteredGenerator(reader.generator or engine.generator)
     if strategy in NAIVE_STRATEGIES or strategy == TWO_SEARCH:
         mode: Mode = NAIVE_STRATEGIES.get(strategy) or engine.settings.retrieval.mode
-        top_k = k if k is not None else engine.loop_config.k
-        results, searches = await _fixed_searches(engine, question, mode, top_k, 2 if strategy == TWO_SEARCH else 1)
-        docs = engine.loop.read_documents(results, replace(engine.loop_config, k=top_k), cut=reader.extractive is None)
-        t1 = time.perf_counter()
-        read = await Reader(gen, reader.prompt, reader.short_answer, reader.extractive).read_answer(question, docs)
-        reader_ms = gen.generation_ms if reader.extractive is None else (time.perf_counter() - t1) * 1000
-        # the extractive reader's abstention is a refusal, as in the loop
-        return Summary(REFUSAL_ANSWER if read.abstained else read.answer, "refused" if read.abstained else "answer",
-                       searches=searches, documents=[d for r in results for d in r.docs],
-                       generation_ms=round(reader_ms, 3), prompt_tokens=gen.prompt_tokens,
-                       completion_tokens=gen.completion_tokens, citation=read.citation)
+        steps: list[PlanStep] = [(mode, question)] + ([(mode, BRIDGE)] if strategy == TWO_SEARCH else [])
+        return await run_plan(engine, question, steps, k=k)
     if strategy == NO_RETRIEVAL:
+        # the policy's reader model (the answer generator, the policy's base model, or the policy model itself)
+        gen = MeteredGenerator(engine.loop_config.reader.generator or engine.generator)
         answer = await answer_directly(gen, question)
         return Summary(answer, "answer", generation_ms=round(gen.generation_ms, 3), prompt_tokens=gen.prompt_tokens,
                        completion_tokens=gen.completion_tokens)
     raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
 
 
-async def _fixed_searches(engine: Engine, question: str, mode: Mode, top_k: int,
-                          count: int) -> tuple[list[RetrievalResult], list[SearchRecord]]:
-    """The baselines' searches: the question, then (two-search) the first new entity of the top document, each
-    showing only documents not shown before."""
+BRIDGE = None
+"""A plan step's query that is the bridge: the first entity the previous search's top document names that the
+question does not (:func:`~routerag.policy.grounding.new_entity`)."""
+PlanStep = tuple[Mode, "str | None"]
+"""One search of a fixed plan: its mode, and its query (:data:`BRIDGE`: taken from the previous search)."""
+
+
+async def run_plan(engine: Engine, question: str, steps: Sequence[PlanStep], *, k: int | None = None) -> Summary:
+    """A fixed plan of searches (the naive baselines, two-search, and the warm start's candidate plans,
+    :mod:`training.outcomes`), then one answer from all their documents by the policy's reader."""
+    # the same reader as the policy's final answer (model, prompt, short-answer step)
+    reader = engine.loop_config.reader
+    gen = MeteredGenerator(reader.generator or engine.generator)
+    top_k = k if k is not None else engine.loop_config.k
+    results, searches = await fixed_searches(engine, question, steps, top_k)
+    docs = engine.loop.read_documents(results, replace(engine.loop_config, k=top_k), cut=reader.extractive is None)
+    t1 = time.perf_counter()
+    read = await Reader(gen, reader.prompt, reader.short_answer, reader.extractive).read_answer(question, docs)
+    reader_ms = gen.generation_ms if reader.extractive is None else (time.perf_counter() - t1) * 1000
+    # the extractive reader's abstention is a refusal, as in the loop
+    return Summary(REFUSAL_ANSWER if read.abstained else read.answer, "refused" if read.abstained else "answer",
+                   searches=searches, documents=[d for r in results for d in r.docs],
+                   generation_ms=round(reader_ms, 3), prompt_tokens=gen.prompt_tokens,
+                   completion_tokens=gen.completion_tokens, citation=read.citation)
+
+
+async def fixed_searches(engine: Engine, question: str, steps: Sequence[PlanStep],
+                         top_k: int) -> tuple[list[RetrievalResult], list[SearchRecord]]:
+    """The searches of a fixed plan, each showing only documents not shown before (the loop's
+    ``fresh_documents``); a bridge step with no previous document, or no new entity in it, ends the plan."""
     results: list[RetrievalResult] = []
     searches: list[SearchRecord] = []
-    query: str | None = question
-    while query is not None and len(results) < count:
+    for mode, query in steps:
+        if query is BRIDGE:
+            query = new_entity(question, results[-1].docs[0]) if results and results[-1].docs else None
+            if query is None:
+                break
         shown = {doc_key(d) for r in results for d in r.docs}
         t0 = time.perf_counter()
         res = await engine.search.search(query, mode, top_k + len(shown))
@@ -137,5 +156,4 @@ async def _fixed_searches(engine: Engine, question: str, mode: Mode, top_k: int,
         res = replace(res, docs=unseen_documents(res.docs, shown, top_k))
         results.append(res)
         searches.append(SearchRecord(mode, query, round(ms, 3), [d.title for d in res.docs]))
-        query = new_entity(question, res.docs[0]) if res.docs else None
     return results, searches

@@ -102,6 +102,16 @@ def new_entity(question: str, doc: RetrievedDoc) -> str | None:
     return next((n for n in names if not content_words(n) <= asked), None)
 
 
+def question_entities(question: str) -> list[str]:
+    """The named entities of the question that are search targets (not a date, number or nationality), in order,
+    without repeats: what a comparison compares ("Which was founded first, X or Y?"), each an allowed query."""
+    out: dict[str, str] = {}
+    for span, src, label in _labelled_spans(question):
+        if src == "entity" and label not in _NOT_A_TOPIC:
+            out.setdefault(key(span), span)
+    return list(out.values())
+
+
 def candidates(question: str, docs: Sequence[RetrievedDoc]) -> list[Candidate]:
     """Every allowed query, best first: the question, its own entities and noun chunks, then per document (in the
     order shown) its title, entities and noun chunks; no two with the same normalised text."""
