@@ -7,8 +7,9 @@ on multi-hop questions the best mode per question is 10-12 answer-recall points 
 second search for the right entity adds more (issue #36). A label is only worth teaching if a fixed plan reached it,
 so plans are measured, not guessed.
 
-Candidate plans (:func:`candidate_plans`), each run by :func:`routerag.evaluation.strategies.run_plan` (the naive
-baselines' and ``two-search``'s own code) with the policy's reader:
+Candidate plans (:func:`candidate_plans`), each searched and read as
+:func:`routerag.evaluation.strategies.run_plan` does for the naive baselines and ``two-search`` (its
+``fixed_searches`` and ``read_plan``; the reader runs once per distinct set of documents), with the policy's reader:
 
 * ``single``: one search of the question in each mode (``passage``, ``graph``, ``hybrid``);
 * ``bridge``: a search of the question, then a search of the first entity its top document names that the question
@@ -32,13 +33,14 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from routerag.datasets import QAItem
 from routerag.evaluation.records import ResultsLog, question_type, read_records, score
-from routerag.evaluation.strategies import BRIDGE, PlanStep, run_plan
+from routerag.evaluation.strategies import BRIDGE, PlanStep, fixed_searches, read_plan
+from routerag.policy.types import Summary
 from routerag.policy.grounding import question_entities
 from routerag.vocabulary import MODES, Mode
 
@@ -75,8 +77,14 @@ async def measure(engine: Engine, item: QAItem, plans: Sequence[CandidatePlan], 
                   k: int | None = None) -> dict[str, Any]:
     """One question's row: each plan's searches (mode, query, documents shown) and outcome."""
     rows = []
+    top_k = k if k is not None else engine.loop_config.k
+    read: dict[tuple[str, ...], Summary] = {}  # plans that showed the same documents get the same answer
     for plan in plans:
-        summary = await run_plan(engine, item.question, plan.steps, k=k)
+        results, searches = await fixed_searches(engine, item.question, plan.steps, top_k)
+        shown = tuple(d.id for r in results for d in r.docs)
+        if shown not in read:
+            read[shown] = await read_plan(engine, item.question, results, searches, top_k)
+        summary = replace(read[shown], searches=searches)
         rec = score(item, plan.name, summary, 0.0)
         rows.append({"name": plan.name, "kind": plan.kind,
                      "steps": [[s.mode, s.query] for s in summary.searches],
@@ -202,3 +210,26 @@ def headroom(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _plan(row: dict[str, Any], name: str) -> dict[str, Any]:
     return next(p for p in row["plans"] if p["name"] == name)
+
+
+def labelled_plans(items: Sequence[QAItem], rows: Sequence[dict[str, Any]],
+                   passages: Iterable[Any]) -> list[list[Any]]:
+    """Each item's warm-start plan (:class:`training.sft.PlannedSearch` steps: the labelled plan's modes, queries and
+    the documents its searches showed, read back from the index by id); an empty plan for an item that has no
+    outcome row (or whose documents are no longer in the index)."""
+    from routerag.retrieval import RetrievedDoc
+
+    from .sft import PlannedSearch
+
+    by_id = {p.id: p for p in passages}
+    chosen = labels(rows)
+    out: list[list[Any]] = []
+    for it in items:
+        plan = chosen.get((it.id, it.question))
+        ids = [i for step in plan["docs"] for i in step] if plan else []
+        if plan is None or any(i not in by_id for i in ids):
+            out.append([])
+            continue
+        out.append([PlannedSearch(mode, query, [RetrievedDoc(i, by_id[i].title, by_id[i].text, 1.0) for i in docs])
+                    for (mode, query), docs in zip(plan["steps"], plan["docs"])])
+    return out

@@ -211,12 +211,12 @@ def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, r
                   max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],
                   k: int = LOOP_DEFAULTS["k"], refuse: bool = False) -> TokenSequence | None:
     """One warm-start trajectory as tokens with its loss mask (only the policy's own turns are trained), or None
-    without searches or gold answers. The last turn names the document that holds the answer (``Doc n`` of its
-    information block, :data:`~routerag.prompts.FOUND_THOUGHTS`) and copies the answer from it verbatim (a short span,
-    not a sentence); where no document holds it, a guess, or with ``refuse`` a refusal (then ``template`` must state
+    without searches, or without gold answers unless ``refuse`` (an unanswerable question's trajectory refuses).
+    The last turn names the document that holds the answer (``Doc n`` of its information block,
+    :data:`~routerag.prompts.FOUND_THOUGHTS`) and copies the answer from it verbatim (a short span, not a sentence); where no document holds it, a guess, or with ``refuse`` a refusal (then ``template`` must state
     the convention: :func:`refusal_template`). No turn copies a title or a sentence: a small policy trained to quote
     looped on the quote's template."""
-    if not plan or not item.answers:
+    if not plan or not (item.answers or refuse):  # an unanswerable question's trajectory ends with a refusal
         return None
     if refuse and REFUSE_MARKER not in template:
         raise ValueError("refusal examples need an instruction that states the refusal convention "

@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
     app.command("train-sft")(sft_cmd)
     app.command("prepare-data")(prepare_cmd)
     app.command("make-questions")(make_questions_cmd)
+    app.command("plan-outcomes")(plan_outcomes_cmd)
     app.command("merge-adapter")(merge_cmd)
 
 
@@ -158,6 +159,11 @@ def sft_cmd(
              "reader best; where its documents miss what the question needs (the answer; a multi-hop question's "
              "supporting page), the question is searched again in the cheapest mode whose documents add it "
              "(implies --plan retrieval).")] = None,
+    plans_from: Annotated[Optional[list[Path]], typer.Option(
+        help="A `routerag plan-outcomes` file of these questions (repeat for several): each question's trajectory "
+             "is the cheapest measured plan that got its best outcome (one search per mode, a bridge second search, "
+             "a search per compared entity), with the documents it showed; questions without a row are left out "
+             "(implies --plan retrieval).")] = None,
     refusals: Annotated[bool, typer.Option(
         "--refusals", help="A question whose answer none of the retrieved documents holds ends with a refusal "
                            "(an answer that is the refusal marker, refuse in square brackets) instead of a guess, under an instruction that states the "
@@ -189,7 +195,7 @@ def sft_cmd(
 
     if plan not in ("gold", "retrieval"):
         raise UsageError("--plan must be gold or retrieval")
-    plan = "retrieval" if routes_from or refusals or extra_searches else plan
+    plan = "retrieval" if routes_from or plans_from or refusals or extra_searches else plan
     configure_threads()
     settings = load_settings(Settings, config, train={"model": model})
     policy = training_policy(settings)  # the loop (and prompt) the policy will run with, recorded in its card
@@ -206,6 +212,13 @@ def sft_cmd(
         for p in IndexData(index).passages:
             texts.setdefault(p.title, p.text)
         plans = [gold_plan(it, gold_documents(it, texts), rng) if gold_documents(it, texts) else [] for it in items]
+    elif plans_from:
+        from graph_index.store import IndexData
+        from training.outcomes import labelled_plans, read_outcomes
+
+        with IndexData(index) as data:
+            plans = labelled_plans(items, [r for f in plans_from for r in read_outcomes(f)], data.passages)
+        log.info("%d of %d questions have a measured plan", sum(1 for p in plans if p), len(items))
     else:
         from ..retrieval import Retriever
 
@@ -232,7 +245,7 @@ def sft_cmd(
                          "found in the index)")
     counter = TokenCounter(tok)
     refused = (sum(1 for it, pl in zip(items, plans)
-                   if pl and it.answers and unanswered(it, pl, counter, max_information_tokens=info, k=k))
+                   if pl and unanswered(it, pl, counter, max_information_tokens=info, k=k))
                if refusals else 0)
     first = [pl[0].mode for pl in plans if pl]
     second = [pl[1].mode for pl in plans if len(pl) > 1]
@@ -240,6 +253,7 @@ def sft_cmd(
                   + ", ".join(f"{m} {first.count(m)}" for m in MODES)
                   + "; second searches: " + ", ".join(f"{m} {second.count(m)}" for m in MODES)
                   + (f"; {len(labels)} routing labels" if labels else "")
+                  + (f"; {sum(1 for p in plans if p)} measured plans" if plans_from else "")
                   + (f"; {refused} end with a refusal" if refusals else "") + ")")
     if dry_run:  # the data only, to read before an hour of training
         from graph_index.atomic import write_text_atomic
@@ -252,7 +266,8 @@ def sft_cmd(
         console.print(f"dry run: examples in {out / 'warm_start_examples.jsonl'}; nothing trained")
         return
     card = card_for(policy, {"by": "routerag train-sft", "model": settings.train.model, "plan": plan,
-                             "routes_from": [str(p) for p in routes_from] if routes_from else None, "refusals": refusals,
+                             "routes_from": [str(p) for p in routes_from] if routes_from else None,
+                             "plans_from": [str(p) for p in plans_from] if plans_from else None, "refusals": refusals,
                              "refusal_examples": refused, "extra_searches": extra_searches,
                              "examples": len(examples), "epochs": epochs, "lr": lr})
     hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr, card=card, seed=settings.train.seed)
@@ -301,6 +316,40 @@ def make_questions_cmd(
     from training.questions import write_questions
 
     print_json(write_questions(index, out, per_type=per_type, seed=seed))
+
+
+@handle_errors
+def plan_outcomes_cmd(
+    index: Annotated[Path, typer.Argument(help="The index the questions are asked over.")],
+    questions: Annotated[Path, typer.Option(help="Questions with gold answers (unanswerable ones: answers []).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Outcome rows to write (JSONL; a rerun resumes).")],
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Only the first N questions.")] = None,
+    k: Annotated[Optional[int], typer.Option("-k", min=1, help="Documents per search (default: the policy's).")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Questions in flight at once.")] = 8,
+    second_modes: Annotated[str, typer.Option(help="Modes of a bridge plan's second search (comma-separated).")]
+    = ",".join(MODES),
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with settings.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Measure each question's candidate plans (one search per mode, a bridge second search, a search per compared
+    entity) with the policy's retriever and reader: the warm-start labels of train-sft --plans-from. Prints the
+    headroom per question type (best fixed mode against the best plan per question)."""
+    setup_logging(verbose)
+    import asyncio
+
+    from training.outcomes import headroom, measure_all
+
+    from ..datasets import load_questions
+    from .common import load_engine
+
+    modes = [m.strip() for m in second_modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        raise UsageError(f"--second-modes: choose from {', '.join(MODES)}")
+    items = load_questions(questions, limit=limit)
+    engine = load_engine(index, config, {}, warm=True)
+    rows = asyncio.run(measure_all(engine, items, out, k=k, concurrency=concurrency,
+                                   second_modes=modes))  # type: ignore[arg-type]
+    print_json({"questions": len(rows), "out": str(out), "headroom": headroom(rows)})
 
 
 @handle_errors

@@ -122,11 +122,17 @@ PlanStep = tuple[Mode, "str | None"]
 async def run_plan(engine: Engine, question: str, steps: Sequence[PlanStep], *, k: int | None = None) -> Summary:
     """A fixed plan of searches (the naive baselines, two-search, and the warm start's candidate plans,
     :mod:`training.outcomes`), then one answer from all their documents by the policy's reader."""
-    # the same reader as the policy's final answer (model, prompt, short-answer step)
-    reader = engine.loop_config.reader
-    gen = MeteredGenerator(reader.generator or engine.generator)
     top_k = k if k is not None else engine.loop_config.k
     results, searches = await fixed_searches(engine, question, steps, top_k)
+    return await read_plan(engine, question, results, searches, top_k)
+
+
+async def read_plan(engine: Engine, question: str, results: list[RetrievalResult], searches: list[SearchRecord],
+                    top_k: int) -> Summary:
+    """The answer to a fixed plan's searches by the policy's reader (model, prompt, short-answer step), as a
+    summary of the plan."""
+    reader = engine.loop_config.reader
+    gen = MeteredGenerator(reader.generator or engine.generator)
     docs = engine.loop.read_documents(results, replace(engine.loop_config, k=top_k), cut=reader.extractive is None)
     t1 = time.perf_counter()
     read = await Reader(gen, reader.prompt, reader.short_answer, reader.extractive).read_answer(question, docs)
