@@ -178,34 +178,38 @@ def labels(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, An
 
 
 def headroom(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per question type (and ``all``): the best fixed single mode's mean EM and answer recall, the same with the best
-    mode chosen per question (oracle over modes), with the best plan per question (oracle over every plan), and how
-    the labels split over plan kinds: how much a router could win over one fixed search."""
+    """Per question type (then ``all``): the best fixed single mode's mean EM and answer recall (answer recall over
+    the answerable questions), EM with the best mode chosen per question (oracle over modes) and with the best plan
+    per question (oracle over every plan), and how the labels split over plan kinds: how much a router could win
+    over one fixed search."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[str(r.get("type"))].append(r)
-        groups["all"].append(r)
+    groups["all"] = list(rows)
     chosen = labels(rows)
-    out = []
-    for kind, group in groups.items():
-        def mean(values: list[float]) -> float:
-            return round(100 * sum(values) / len(values), 1) if values else 0.0
+    return [_headroom_row(kind, group, chosen) for kind, group in groups.items()]
 
-        def best_of(r: dict[str, Any], which: str, i: int) -> float:
-            return max((outcome(p)[i] for p in r["plans"] if which == "all" or p["kind"] == which), default=0.0)
 
-        fixed = {m: (mean([outcome(_plan(r, m))[0] for r in group]), mean([outcome(_plan(r, m))[2] for r in group]))
-                 for m in MODES}
-        mode = max(fixed, key=lambda m: fixed[m])
-        picks = [chosen[(str(r["id"]), r["question"])] for r in group]
-        out.append({"type": kind, "n": len(group), "best_fixed_mode": mode, "fixed_em": fixed[mode][0],
-                    "fixed_answer_recall": fixed[mode][1],
-                    "oracle_mode_em": mean([best_of(r, "single", 0) for r in group]),
-                    "oracle_plan_em": mean([best_of(r, "all", 0) for r in group]),
-                    "oracle_plan_answer_recall": mean([best_of(r, "all", 2) for r in group]),
-                    "labels": {k: sum(1 for p in picks if p["kind"] == k) for k in ("single", "bridge", "entities")},
-                    "label_searches": round(sum(len(p["steps"]) for p in picks) / len(picks), 2)})
-    return out
+def _headroom_row(kind: str, group: list[dict[str, Any]],
+                  chosen: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    def mean(values: list[float]) -> float | None:
+        return round(100 * sum(values) / len(values), 1) if values else None
+
+    def best_of(r: dict[str, Any], single: bool, i: int) -> float:
+        return max((outcome(p)[i] for p in r["plans"] if not single or p["kind"] == "single"), default=0.0)
+
+    answerable = [r for r in group if r.get("answerable", True)]
+    fixed = {m: (mean([outcome(_plan(r, m))[0] for r in group]) or 0.0,
+                 mean([outcome(_plan(r, m))[2] for r in answerable])) for m in MODES}
+    mode = max(fixed, key=lambda m: fixed[m][0])
+    picks = [chosen[(str(r["id"]), r["question"])] for r in group]
+    return {"type": kind, "n": len(group), "best_fixed_mode": mode, "fixed_em": fixed[mode][0],
+            "fixed_answer_recall": fixed[mode][1],
+            "oracle_mode_em": mean([best_of(r, True, 0) for r in group]),
+            "oracle_plan_em": mean([best_of(r, False, 0) for r in group]),
+            "oracle_plan_answer_recall": mean([best_of(r, False, 2) for r in answerable]),
+            "labels": {k: sum(1 for p in picks if p["kind"] == k) for k in ("single", "bridge", "entities")},
+            "label_searches": round(sum(len(p["steps"]) for p in picks) / len(picks), 2)}
 
 
 def _plan(row: dict[str, Any], name: str) -> dict[str, Any]:
