@@ -27,6 +27,9 @@ CLI_EXAMPLES: dict[str, list[tuple[str, str | None]]] = {
     "routerag train": [("routerag train --stage 1 --engine local --model tiny-random --steps 2 --out runs/smoke", TRAIN)],
     "routerag train-sft": [("routerag train-sft --index indexes/sample --questions samples/questions.jsonl "
                             "--out runs/sft", TRAIN)],
+    "routerag plan-outcomes": [("ROUTERAG_POLICY__READER=extractive routerag plan-outcomes indexes/sample --questions "
+                                "samples/questions.jsonl --out reports/outcomes.jsonl",
+                                "reads every candidate plan of every question (seconds a question on 2 CPU cores)")],
     "routerag prepare-data": [("routerag prepare-data samples/questions.jsonl --out data/sample", None)],
     "routerag merge-adapter": [("routerag merge-adapter --adapter runs/sft/adapter --out models/merged", TRAIN)],
     "routerag index add": [("routerag index add indexes/sample samples/more.jsonl", None)],

@@ -37,7 +37,8 @@ def cli_markdown() -> str:
 CLI_PAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "cli-serve.md": ("serving commands", ("serve", "mcp")),
     "cli-training.md": ("training and evaluation commands",
-                        ("eval", "train", "train-sft", "prepare-data", "merge-adapter", "make-questions")),
+                        ("eval", "train", "train-sft", "prepare-data", "merge-adapter", "make-questions",
+                         "plan-outcomes")),
 }
 
 
