@@ -116,6 +116,10 @@ def test_ties_go_to_fewer_searches_then_to_what_works_for_the_type_then_to_cheap
         plan("passage", "single", q, 0.0), plan("graph", "single", [["graph", "q"]], 0.0),
         plan("passage>passage", "bridge", q * 2, 0.0)]}
     assert best_plan(nothing, plan_means([row, other, nothing]))["name"] == "graph"
+    # a bridge plan whose top document named no new entity searched once: it is not a second kind of plan
+    cut = {"id": "4", "question": "u", "type": "u", "plans": [
+        plan("graph", "single", [["graph", "q"]], 1.0, 1.0), plan("passage>graph", "bridge", q, 1.0, 1.0)]}
+    assert best_plan(cut, plan_means([cut]))["name"] == "graph"
 
 
 def test_labelled_plans_become_trajectories_with_their_documents_and_unanswerable_ones_refuse() -> None:

@@ -162,7 +162,8 @@ def best_plan(row: dict[str, Any], means: dict[tuple[str | None, str], tuple[flo
     """The plan to teach for this question: the best outcome; among ties the fewest searches, then the best mean
     outcome over the question's type, then the cheapest modes. A question no plan answered gets the single search
     that does best over its type (its trajectory then ends with a refusal or a guess)."""
-    plans = [p for p in row["plans"] if p["steps"]]
+    # a two-search plan cut to one search (no bridge in its top document) is its single search again
+    plans = [p for p in row["plans"] if p["steps"] and (p["kind"] == "single" or len(p["steps"]) > 1)]
     top = max(outcome(p) for p in plans)
     if top == (0.0, 0.0, 0.0):
         plans = [p for p in plans if p["kind"] == "single"] or plans
