@@ -75,7 +75,8 @@ def candidate_plans(question: str, *, second_modes: Sequence[Mode] = MODES) -> l
 
 async def measure(engine: Engine, item: QAItem, plans: Sequence[CandidatePlan], *,
                   k: int | None = None) -> dict[str, Any]:
-    """One question's row: each plan's searches (mode, query, documents shown) and outcome."""
+    """One question's row: each plan's searches (mode, query, documents shown) and outcome, and the index searched
+    (where ``train-sft --plans-from`` reads the documents back)."""
     rows = []
     top_k = k if k is not None else engine.loop_config.k
     read: dict[tuple[str, ...], Summary] = {}  # plans that showed the same documents get the same answer
@@ -92,7 +93,8 @@ async def measure(engine: Engine, item: QAItem, plans: Sequence[CandidatePlan], 
                      "em": rec["em"], "f1": rec["f1"], "answer_recall": rec["answer_recall"],
                      "refused": rec["refused"], "prediction": rec["prediction"]})
     return {"id": item.id, "question": item.question, "type": question_type(item), "answers": item.answers,
-            "answerable": item.answerable, "plans": rows}
+            "answerable": item.answerable, "index": str(engine.index) if engine.index is not None else None,
+            "plans": rows}
 
 
 def _docs_per_search(summary: Any) -> list[list[Any]]:

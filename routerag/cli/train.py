@@ -143,7 +143,8 @@ def _train_verl(settings: Settings, out: Path, index: Path | None, dry_run: bool
 
 @handle_errors
 def sft_cmd(
-    index: Annotated[Path, typer.Option(help="Index: retrieval for the routing plan; gold passages' text by title.")],
+    index: Annotated[Path, typer.Option(help="Index: retrieval for the routing plan; gold passages' text by title; "
+                                             "with --plans-from, the documents of rows that name no index.")],
     questions: Annotated[list[Path], typer.Option(help="Questions with gold answers (and supporting passages).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Where the adapter goes.")] = Path("runs/sft"),
     model: Annotated[Optional[str], typer.Option(help="smollm2, a folder or hub name, or tiny-random.")] = None,
@@ -213,11 +214,17 @@ def sft_cmd(
             texts.setdefault(p.title, p.text)
         plans = [gold_plan(it, gold_documents(it, texts), rng) if gold_documents(it, texts) else [] for it in items]
     elif plans_from:
+        from contextlib import ExitStack
+
         from graph_index.store import IndexData
         from training.outcomes import labelled_plans, read_outcomes
 
-        with IndexData(index) as data:
-            plans = labelled_plans(items, [r for f in plans_from for r in read_outcomes(f)], data.passages)
+        rows = [r for f in plans_from for r in read_outcomes(f)]
+        # the documents are read back from the index each row was measured over (else --index)
+        folders = dict.fromkeys([index, *(Path(r["index"]) for r in rows if r.get("index"))])
+        with ExitStack() as stack:
+            passages = [p for f in folders for p in stack.enter_context(IndexData(f)).passages]
+            plans = labelled_plans(items, rows, passages)
         log.info("%d of %d questions have a measured plan", sum(1 for p in plans if p), len(items))
     else:
         from ..retrieval import Retriever
