@@ -181,9 +181,9 @@ def labels(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, An
 
 
 def headroom(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per question type (then ``all``): the best fixed single mode's mean EM and answer recall (answer recall over
-    the answerable questions), EM with the best mode chosen per question (oracle over modes) and with the best plan
-    per question (oracle over every plan), and how the labels split over plan kinds: how much a router could win
+    """Per question type (then ``all``): the best fixed single mode's mean EM and answer recall (the best by EM,
+    then answer recall; answer recall over the answerable questions), the same with the best mode chosen per
+    question (oracle over modes) and with the best plan per question (oracle over every plan), and how the labels split over plan kinds: how much a router could win
     over one fixed search."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -204,11 +204,12 @@ def _headroom_row(kind: str, group: list[dict[str, Any]],
     answerable = [r for r in group if r.get("answerable", True)]
     fixed = {m: (mean([outcome(_plan(r, m))[0] for r in group]) or 0.0,
                  mean([outcome(_plan(r, m))[2] for r in answerable])) for m in MODES}
-    mode = max(fixed, key=lambda m: fixed[m][0])
+    mode = max(fixed, key=lambda m: (fixed[m][0], fixed[m][1] or 0.0))  # EM, then answer recall
     picks = [chosen[(str(r["id"]), r["question"])] for r in group]
     return {"type": kind, "n": len(group), "best_fixed_mode": mode, "fixed_em": fixed[mode][0],
             "fixed_answer_recall": fixed[mode][1],
             "oracle_mode_em": mean([best_of(r, True, 0) for r in group]),
+            "oracle_mode_answer_recall": mean([best_of(r, True, 2) for r in answerable]),
             "oracle_plan_em": mean([best_of(r, False, 0) for r in group]),
             "oracle_plan_answer_recall": mean([best_of(r, False, 2) for r in answerable]),
             "labels": {k: sum(1 for p in picks if p["kind"] == k) for k in ("single", "bridge", "entities")},
