@@ -135,3 +135,29 @@ def test_refresh_decodes_with_the_updated_weights(onnx_gen, tmp_path: Path) -> N
     fast = [g.token_ids for g in gen.generate_batch(reqs)]
     assert fast == [g.token_ids for g in _eager(gen, reqs, True)]
     assert gen._engines[False] is base_engine and (tmp_path / "engine" / "router" / "genai_config.json").is_file()
+
+
+def test_one_request_at_a_time_reuses_the_kept_sequence_and_decodes_as_eager(onnx_gen) -> None:
+    """Batches of one go through the kept generator (``OneSequence``): a turn, the next turn of the same trajectory
+    (its prompt extends the first's prompt and completion), an unrelated prompt and the first again each decode
+    exactly as eager transformers does, and the second turn reads only its new tokens."""
+    (t1, ids1), (t2, ids2) = _prompts(onnx_gen, 2)
+    session = onnx_gen._engines[True].session
+    first = onnx_gen.generate_batch([GenerationRequest(t1, ids1, 30, STOP, temperature=0.0, logprobs=True)])[0]
+    info = onnx_gen.tokenizer.encode("\n\n<information>Doc 1 (Title: Idris Calloway) a poet.</information>\n\n",
+                                     add_special_tokens=False)
+    ids_next = ids1 + first.token_ids + info
+    held = list(session.tokens)
+    reqs = [GenerationRequest("", ids_next, 20, STOP, temperature=0.0, logprobs=True),
+            GenerationRequest(t2, ids2, 20, STOP, temperature=0.0, logprobs=True),
+            GenerationRequest(t1, ids1, 30, STOP, temperature=0.0, logprobs=True)]
+    outs = [first]
+    for r in reqs:
+        outs.append(onnx_gen.generate_batch([r])[0])
+        if r is reqs[0]:
+            assert ids_next[: len(held)] == held  # the second turn kept everything the first left in the cache
+    eager = _eager(onnx_gen, [GenerationRequest(t1, ids1, 30, STOP, temperature=0.0, logprobs=True)] + reqs, True)
+    for f, s in zip(outs, eager):
+        assert f.token_ids == s.token_ids and f.finish_reason == s.finish_reason
+        assert max(abs(a - b) for a, b in zip(f.logprobs, s.logprobs)) < 2e-3
+    assert session.tokens[: len(ids1)] == ids1

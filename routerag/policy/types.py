@@ -47,7 +47,8 @@ class Generation:
     finish_reason: str = "stop"
     """``stop`` (one of the request's stop strings fired), ``eos`` (end of sequence) or ``length`` (max tokens).
     Backends that cannot tell a stop string from the end of sequence report ``stop`` only when the text leaves a
-    ``<search>`` or ``<answer>`` tag open, which is what a cut-off stop string looks like."""
+    ``<search>`` or ``<answer>`` tag open, which is what a cut-off stop string looks like. The loop marks ``peek``
+    an answer turn it stopped after its first tokens (a reader writes the answer)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
 

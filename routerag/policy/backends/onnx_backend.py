@@ -136,6 +136,64 @@ class OnnxModel:
                                              "decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
         self.model = og.Model(config)
         self.folder = folder
+        self.session = OneSequence(self, min(self.context, SESSION_TOKENS))
+
+
+SESSION_TOKENS = 4096
+"""The longest sequence a kept single-sequence generator holds (its KV cache is allocated for this length: 190 MB
+for the embedded 135M model in float32); a longer request is decoded by a fresh generator."""
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if len(diff) else n
+
+
+class OneSequence:
+    """A single-sequence generator kept between calls, with the tokens its KV cache holds.
+
+    Why: a policy turn's prompt is the previous turn's prompt, its completion and the new documents, and every
+    request starts with the same instruction. For a batch of one, ONNX Runtime GenAI can rewind a generator and
+    append to it, so a prompt that shares a prefix with what the generator holds is read from where they differ:
+    one request at a time (the server's usual load), the second turn reads only the documents, and the instruction
+    is read once per process rather than once per turn."""
+
+    def __init__(self, engine: OnnxModel, length: int) -> None:
+        self.engine = engine
+        self.length = length
+        self.lock = threading.Lock()
+        self.generator: Any = None
+        self.tokens: list[int] = []
+
+    def fits(self, prompt: list[int], max_tokens: int) -> bool:
+        return len(prompt) + max_tokens <= self.length
+
+    def start(self, prompt: list[int]) -> Any:
+        """The generator with ``prompt`` read, reusing the longest prefix it already holds (at least the prompt's
+        last token is read again: its logits choose the first new token)."""
+        import onnxruntime_genai as og
+
+        keep = min(common_prefix(self.tokens, prompt), len(prompt) - 1) if self.generator is not None else 0
+        if keep == 0:
+            params = og.GeneratorParams(self.engine.model)
+            params.set_search_options(max_length=self.length, batch_size=1)
+            self.generator, self.tokens = None, []
+            self.generator = og.Generator(self.engine.model, params)
+        elif keep < len(self.tokens):
+            self.generator.rewind_to(keep)
+            del self.tokens[keep:]
+        self.append(prompt[keep:])
+        return self.generator
+
+    def append(self, tokens: list[int]) -> None:
+        try:
+            self.generator.append_tokens(np.asarray([tokens], dtype=np.int32))
+        except Exception:
+            self.generator, self.tokens = None, []  # its state is unknown: the next call starts afresh
+            raise
+        self.tokens.extend(tokens)
 
 
 class OnnxGenerator(TransformersGenerator):
@@ -229,6 +287,13 @@ class OnnxGenerator(TransformersGenerator):
         """Decode a padded batch until every row has met its end of sequence, a stop string or its limit."""
         import onnxruntime_genai as og
 
+        if len(prompts) == 1 and engine.session.fits(prompts[0], reqs[0].max_tokens):
+            if engine.session.lock.acquire(blocking=False):
+                try:
+                    ids, lp = self._decode_one(engine.session, prompts[0], reqs[0], stop, temp)
+                    return [ids], [lp]
+                finally:
+                    engine.session.lock.release()
         b, width = len(prompts), max(len(p) for p in prompts)
         batch = np.full((b, width), engine.pad_id, dtype=np.int32)
         for row, p in enumerate(prompts):  # right padding: what the engine's attention expects of a prompt batch
@@ -271,6 +336,24 @@ class OnnxGenerator(TransformersGenerator):
             gen.set_logits(forced)
             gen.generate_next_token()
         return out, [lp if want_logprobs else None for lp in logps]
+
+    def _decode_one(self, session: OneSequence, prompt: list[int], req: GenerationRequest, stop: tuple[str, ...],
+                    temp: float) -> tuple[list[int], list[float] | None]:
+        """Decode one sequence on the kept generator (:class:`OneSequence`), each chosen token appended to it."""
+        gen = session.start(prompt)
+        rng = self._rng()
+        eos = self._eos_ids()
+        out: list[int] = []
+        logps: list[float] = []
+        while True:
+            logits = gen.get_logits().reshape(1, -1)
+            chosen, lp = self._choose(logits, temp, rng, req.logprobs)
+            out.append(int(chosen[0]))
+            if lp is not None:
+                logps.append(float(lp[0]))
+            if self._row_done(out, req.max_tokens, stop, eos):
+                return out, (logps if req.logprobs else None)
+            session.append(out[-1:])
 
     def _rng(self) -> np.random.Generator:
         """Sampling randomness drawn from torch's generator, so ``torch.manual_seed`` fixes a run's rollouts here as
