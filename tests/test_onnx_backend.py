@@ -114,7 +114,8 @@ def test_a_failed_export_leaves_nothing_under_the_real_name(tmp_path: Path) -> N
 
 
 def test_refresh_decodes_with_the_updated_weights(onnx_gen, tmp_path: Path) -> None:
-    """A trainer's engine (``export_dir``): after the torch weights change, ``refresh`` re-exports the router and
+    """A trainer's engine (``export_dir``): after the torch weights change, ``refresh`` writes the adapter's layers
+    into the export (no re-export: the data file is byte for byte what a fresh export of the new weights writes) and
     greedy decoding follows the new weights exactly as eager does; the base weights' engine is left as it was."""
     import copy
 
@@ -135,6 +136,12 @@ def test_refresh_decodes_with_the_updated_weights(onnx_gen, tmp_path: Path) -> N
     fast = [g.token_ids for g in gen.generate_batch(reqs)]
     assert fast == [g.token_ids for g in _eager(gen, reqs, True)]
     assert gen._engines[False] is base_engine and (tmp_path / "engine" / "router" / "genai_config.json").is_file()
+    assert gen._patcher, "the refresh re-exported instead of patching"
+    from routerag.policy.backends.onnx_backend import export_model, save_merged
+
+    fresh = export_model(save_merged(model, gen.tokenizer, tmp_path / "hf"), tmp_path / "fresh", "float32")
+    patched = (tmp_path / "engine" / "router" / "model.onnx.data").read_bytes()
+    assert patched == (fresh / "model.onnx.data").read_bytes()
 
 
 def test_one_request_at_a_time_reuses_the_kept_sequence_and_decodes_as_eager(onnx_gen) -> None:

@@ -118,6 +118,104 @@ def weights_fingerprint(model: Any, precision: str) -> str:
     return h.hexdigest()[:16]
 
 
+PACKED_PROJECTIONS = {"q_proj": ("attn.qkv_proj", 0), "k_proj": ("attn.qkv_proj", 1), "v_proj": ("attn.qkv_proj", 2),
+                      "o_proj": ("attn.o_proj", 0), "gate_proj": ("mlp.gate_proj", 0),
+                      "up_proj": ("mlp.up_proj", 0), "down_proj": ("mlp.down_proj", 0)}
+"""A transformers projection → the exported initializer holding it (``model.layers.N.<name>.MatMul.weight``, the
+weight transposed) and its place among the projections packed into it (q, k and v share one)."""
+
+
+class WeightPatch:
+    """Writes a trained model's current projection weights (its LoRA merged) into an exported float32 model, in
+    place of a re-export.
+
+    Why: a GRPO step changes only the adapter; re-exporting the whole model after each step took 30-60 s on 2 cores,
+    longer than the step's rollouts. The export's initializers are the transposed projections (q, k and v packed
+    into one), stored at known offsets of ``model.onnx.data``; the patch copies that file, rewrites the projections
+    of the layers that carry an adapter, and renames the copy over the original (a model still loaded from the old
+    file keeps reading it). :meth:`check` first rebuilds one projection that has no adapter from the torch weights
+    and compares bytes: a layout it does not know is re-exported instead."""
+
+    def __init__(self, folder: Path) -> None:
+        import onnx
+
+        proto = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+        self.folder = folder
+        self.where: dict[str, tuple[int, int]] = {}
+        for t in proto.graph.initializer:
+            ext = {e.key: e.value for e in t.external_data}
+            if ext.get("location") == "model.onnx.data":
+                self.where[t.name] = (int(ext.get("offset", 0)), int(ext["length"]))
+
+    def tensors(self, model: Any, layers: set[int]) -> dict[str, np.ndarray]:
+        """The exported initializers of ``layers`` built from the torch model's weights (adapters merged)."""
+        parts: dict[str, list[tuple[int, np.ndarray]]] = {}
+        for name, module in model.named_modules():
+            bits = name.split(".")
+            if len(bits) < 2 or bits[-1] not in PACKED_PROJECTIONS or "layers" not in bits:
+                continue
+            layer = int(bits[bits.index("layers") + 1])
+            if layer not in layers or not hasattr(module, "weight") and not hasattr(module, "base_layer"):
+                continue
+            target, order = PACKED_PROJECTIONS[bits[-1]]
+            parts.setdefault(f"model.layers.{layer}.{target}.MatMul.weight", []).append((order, _merged(module)))
+        return {k: np.ascontiguousarray(np.concatenate([w for _, w in sorted(v, key=lambda x: x[0])], 0).T)
+                for k, v in parts.items()}
+
+    def check(self, model: Any, layer: int) -> bool:
+        """Whether the torch weights of ``layer`` (which no adapter changes) rebuild its exported bytes exactly."""
+        built = self.tensors(model, {layer})
+        data = self.folder / "model.onnx.data"
+        with data.open("rb") as f:
+            for name, arr in built.items():
+                offset, length = self.where.get(name, (0, -1))
+                f.seek(offset)
+                if arr.astype(np.float32).nbytes != length or f.read(length) != arr.astype(np.float32).tobytes():
+                    return False
+        return bool(built)
+
+    def write(self, model: Any, layers: set[int]) -> None:
+        """Rewrite the projections of ``layers`` from the torch model, into a copy renamed over the data file."""
+        data = self.folder / "model.onnx.data"
+        tmp = data.with_name(f".{data.name}.tmp-{os.getpid()}")
+        shutil.copyfile(data, tmp)
+        try:
+            with tmp.open("r+b") as f:
+                for name, arr in self.tensors(model, layers).items():
+                    offset, length = self.where[name]
+                    blob = arr.astype(np.float32).tobytes()
+                    if len(blob) != length:
+                        raise ValueError(f"{name}: {len(blob)} bytes for a slot of {length}")
+                    f.seek(offset)
+                    f.write(blob)
+            os.replace(tmp, data)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def _merged(module: Any) -> np.ndarray:
+    """A linear layer's weight (out × in) with its LoRA adapter merged, as float32."""
+    import torch
+
+    with torch.no_grad():
+        base = getattr(module, "base_layer", module)
+        w = base.weight.detach().float().clone()
+        for name in getattr(module, "active_adapters", []) or []:
+            if name in getattr(module, "lora_A", {}):
+                w += module.get_delta_weight(name).float()
+        return w.cpu().numpy()
+
+
+def adapter_layers(model: Any) -> set[int]:
+    """The decoder layers that carry LoRA weights (the only ones an optimiser step changes)."""
+    out = set()
+    for name, _ in model.named_parameters():
+        bits = name.split(".")
+        if "lora_" in name and "layers" in bits:
+            out.add(int(bits[bits.index("layers") + 1]))
+    return out
+
+
 class OnnxModel:
     """One exported model loaded into ONNX Runtime GenAI, with the pad id its batches use."""
 
@@ -206,6 +304,7 @@ class OnnxGenerator(TransformersGenerator):
         self.export_dir = export_dir
         self._engines: dict[bool, OnnxModel] = {}
         self._lock = threading.Lock()
+        self._patcher: WeightPatch | bool | None = None
         self.load_engines()
 
     # -- the exported models ----------------------------------------------------------------------------------------
@@ -251,9 +350,37 @@ class OnnxGenerator(TransformersGenerator):
             shutil.rmtree(staging, ignore_errors=True)
 
     def refresh(self) -> None:
-        """Re-export the router's current weights (after an optimiser step) and decode with them from the next batch
-        on; a LoRA model's base weights do not change and stay loaded."""
+        """Give the engine the router's current weights (after an optimiser step), decoded from the next batch on: the
+        adapter's layers written into the export (:class:`WeightPatch`) where it can, else a re-export. A LoRA
+        model's base weights do not change and stay loaded."""
+        if self._patch_router():
+            return
         self.load_engines((True,))
+
+    def _patch_router(self) -> bool:
+        """Patch the trainer's float32 export in place; False when it cannot (no export yet, not float32, no
+        adapter, or a layout the patch does not know, found once and remembered)."""
+        import torch
+
+        if self.export_dir is None or self.cfg.precision != "float32" or not self.has_adapter:
+            return False
+        folder = self.export_dir / "router"
+        if self._patcher is None and (folder / "genai_config.json").is_file():
+            layers = adapter_layers(self.model)
+            free = next((i for i in range(max(layers, default=0) + 1) if i not in layers), None)
+            patch = WeightPatch(folder)
+            if layers and free is not None and patch.check(self.model, free):
+                self._patcher = patch
+            else:
+                log.warning("the exported router's layout is not the one WeightPatch writes: re-exporting each step")
+                self._patcher = False
+        if not self._patcher:
+            return False
+        self._patcher.write(self.model, adapter_layers(self.model))
+        engine = OnnxModel(folder, torch.get_num_threads())
+        with self._lock:
+            self._engines = {**self._engines, True: engine}
+        return True
 
     # -- decoding ---------------------------------------------------------------------------------------------------
 
