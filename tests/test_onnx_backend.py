@@ -168,3 +168,11 @@ def test_one_request_at_a_time_reuses_the_kept_sequence_and_decodes_as_eager(onn
         assert f.token_ids == s.token_ids and f.finish_reason == s.finish_reason
         assert max(abs(a - b) for a, b in zip(f.logprobs, s.logprobs)) < 2e-3
     assert session.tokens[: len(ids1)] == ids1
+
+
+def test_int4_applies_to_the_router_and_the_base_weights_reader_stays_float32(onnx_gen) -> None:
+    from routerag.policy.backends.onnx_backend import OnnxGenerator
+
+    gen = OnnxGenerator.__new__(OnnxGenerator)
+    gen.cfg, gen.model = GeneratorConfig(engine="onnx", precision="int4"), onnx_gen.model
+    assert (gen.precision(True), gen.precision(False)) == ("int4", "float32")

@@ -325,13 +325,19 @@ class OnnxGenerator(TransformersGenerator):
             if self.export_dir is not None and adapter:
                 target = self.export_dir / "router"
             else:
-                key = weights_fingerprint(self._view(adapter), self.cfg.precision)
-                target = default_model_dir() / "onnx-genai" / f"{key}-{self.cfg.precision}"
+                precision = self.precision(adapter)
+                key = weights_fingerprint(self._view(adapter), precision)
+                target = default_model_dir() / "onnx-genai" / f"{key}-{precision}"
             if not (target / "genai_config.json").is_file() or (self.export_dir is not None and adapter):
                 self._export(adapter, target)
             engines[adapter] = OnnxModel(target, threads)
         with self._lock:
             self._engines = engines
+
+    def precision(self, adapter: bool) -> str:
+        """The router's precision is the setting's; a LoRA model's base weights, which read the final answer
+        (``reader = "base"``), stay float32: in int4 that reader's answers fell apart (docs/benchmarks.md)."""
+        return self.cfg.precision if adapter or not self.has_adapter else "float32"
 
     def _view(self, adapter: bool) -> Any:
         if adapter or not self.has_adapter:
@@ -340,12 +346,12 @@ class OnnxGenerator(TransformersGenerator):
 
     def _export(self, adapter: bool, target: Path) -> None:
         log.info("exporting the policy%s to ONNX Runtime GenAI (%s) into %s",
-                 "" if adapter else "'s base weights", self.cfg.precision, target)
+                 "" if adapter else "'s base weights", self.precision(adapter), target)
         staging = target.parent / f".{target.name}.hf-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         try:
             save_merged(self.model, self.tokenizer, staging, adapter=adapter)
-            export_model(staging, target, self.cfg.precision)
+            export_model(staging, target, self.precision(adapter))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
