@@ -168,6 +168,15 @@ def test_one_request_at_a_time_reuses_the_kept_sequence_and_decodes_as_eager(onn
         assert f.token_ids == s.token_ids and f.finish_reason == s.finish_reason
         assert max(abs(a - b) for a, b in zip(f.logprobs, s.logprobs)) < 2e-3
     assert session.tokens[: len(ids1)] == ids1
+    assert session.drafted > 0  # the queries copy the question: drafts from the context were checked and kept
+
+
+def test_prompt_lookup_drafts_what_followed_the_latest_earlier_ngram() -> None:
+    from routerag.policy.backends.onnx_backend import prompt_lookup
+
+    assert prompt_lookup([1, 2, 3, 4, 5, 9, 1, 2, 3], 2) == [4, 5]
+    assert prompt_lookup([1, 2, 3, 7, 2, 3, 8, 0, 2, 3], 3) == [8, 0, 2]  # the latest occurrence of the bigram
+    assert prompt_lookup([5, 6, 7], 4) == [] and prompt_lookup([4], 4) == []
 
 
 def test_int4_applies_to_the_router_and_the_base_weights_reader_stays_float32(onnx_gen) -> None:

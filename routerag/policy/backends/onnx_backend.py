@@ -242,6 +242,26 @@ SESSION_TOKENS = 4096
 for the embedded 135M model in float32); a longer request is decoded by a fresh generator."""
 
 
+DRAFT_TOKENS = 8
+"""Tokens drafted from the context per greedy step (:func:`prompt_lookup`)."""
+
+
+def prompt_lookup(context: list[int], n: int, ngram: int = 3) -> list[int]:
+    """The ``n`` tokens that followed the latest earlier occurrence of the context's last ``ngram`` tokens (the
+    longest n-gram of 3, 2 that occurs earlier; none: no draft). Prompt-lookup decoding's draft: no second model."""
+    arr = np.asarray(context, dtype=np.int64)
+    for size in range(ngram, 1, -1):
+        if len(arr) <= size:
+            continue
+        tail = arr[-size:]
+        windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], size)
+        hits = np.flatnonzero((windows == tail).all(axis=1))
+        if len(hits):
+            start = int(hits[-1]) + size
+            return [int(t) for t in arr[start : start + n]]
+    return []
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     """How many leading tokens ``a`` and ``b`` share."""
     n = min(len(a), len(b))
@@ -264,6 +284,8 @@ class OneSequence:
         self.lock = threading.Lock()
         self.generator: Any = None
         self.tokens: list[int] = []
+        self.drafted = 0
+        """Draft tokens kept so far (prompt-lookup decoding; for the benchmark and the tests)."""
 
     def fits(self, prompt: list[int], max_tokens: int) -> bool:
         return len(prompt) + max_tokens <= self.length
@@ -284,6 +306,12 @@ class OneSequence:
             del self.tokens[keep:]
         self.append(prompt[keep:])
         return self.generator
+
+    def rewind(self, length: int) -> None:
+        """Forget every token after the first ``length`` (a rejected draft)."""
+        if length < len(self.tokens):
+            self.generator.rewind_to(length)
+            del self.tokens[length:]
 
     def append(self, tokens: list[int]) -> None:
         try:
@@ -472,21 +500,58 @@ class OnnxGenerator(TransformersGenerator):
 
     def _decode_one(self, session: OneSequence, prompt: list[int], req: GenerationRequest, stop: tuple[str, ...],
                     temp: float) -> tuple[list[int], list[float] | None]:
-        """Decode one sequence on the kept generator (:class:`OneSequence`), each chosen token appended to it."""
+        """Decode one sequence on the kept generator (:class:`OneSequence`), each chosen token appended to it; greedy
+        decoding also checks drafts copied from the context (:meth:`_accept_draft`)."""
         gen = session.start(prompt)
         rng = self._rng()
         eos = self._eos_ids()
         out: list[int] = []
         logps: list[float] = []
+        logits = gen.get_logits().reshape(1, -1)
         while True:
-            logits = gen.get_logits().reshape(1, -1)
             chosen, lp = self._choose(logits, temp, rng, req.logprobs)
             out.append(int(chosen[0]))
             if lp is not None:
                 logps.append(float(lp[0]))
             if self._row_done(out, req.max_tokens, stop, eos):
                 return out, (logps if req.logprobs else None)
-            session.append(out[-1:])
+            room = min(DRAFT_TOKENS, req.max_tokens - len(out), session.length - len(session.tokens) - 1)
+            draft = prompt_lookup(session.tokens + out[-1:], room) if temp <= 0 and room > 0 else []
+            if not draft:
+                session.append(out[-1:])
+                logits = gen.get_logits().reshape(1, -1)
+                continue
+            logits, finished = self._accept_draft(session, out, logps, draft, req, stop, eos)
+            if finished:
+                return out, (logps if req.logprobs else None)
+
+    def _accept_draft(self, session: OneSequence, out: list[int], logps: list[float], draft: list[int],
+                      req: GenerationRequest, stop: tuple[str, ...], eos: set[int]) -> tuple[np.ndarray, bool]:
+        """Prompt-lookup decoding: append the chosen token and a draft copied from the context in one forward pass,
+        keep the draft's tokens while each is what greedy decoding would choose, and rewind past the rest.
+
+        Why: a policy's query mostly copies the question or a document's words, and one pass over nine tokens
+        costs about what one token does (a decoder step on a CPU is bound by reading the weights). Greedy only, so
+        the tokens are the ones one-at-a-time decoding chooses."""
+        held = len(session.tokens)
+        session.append(out[-1:] + draft)
+        rows = session.generator.get_output("logits").reshape(len(draft) + 1, -1)
+        chosen, lp = self._choose(rows, 0.0, None, req.logprobs)  # type: ignore[arg-type]
+        kept = 0
+        for j, token in enumerate(draft):
+            if int(chosen[j]) != token:
+                break
+            out.append(token)
+            kept += 1
+            if lp is not None:
+                logps.append(float(lp[j]))
+            if self._row_done(out, req.max_tokens, stop, eos):
+                session.rewind(held + 1 + kept)
+                session.drafted += kept
+                return rows[kept : kept + 1], True
+        session.rewind(held + 1 + kept)
+        session.drafted += kept
+        return rows[kept : kept + 1], False
 
     def _rng(self) -> np.random.Generator:
         """Sampling randomness drawn from torch's generator, so ``torch.manual_seed`` fixes a run's rollouts here as
