@@ -10,8 +10,8 @@ protocol plus ``mode``), ``POST /documents`` / ``DELETE /documents/{id}`` / ``GE
 The app is built by a factory and keeps its state (engine, settings, metrics registry) on itself: no module
 globals, so tests and benchmarks can run several apps in one process. Requests run concurrently on the event loop;
 generation and retrieval are micro-batched inside the engine's backends, so there is deliberately no lock around
-model calls here. Every error, from the guards or the routes, is ``{"error": {"type", "message"}}``; a 500 is only
-ever a genuine internal error.
+model calls here. Every error, from the guards or the routes, is ``{"error": {"type", "message", "param", "code"}}``
+(OpenAI's error object); a 500 is only ever a genuine internal error.
 
 Auth (``server.api_key``, ``server.admin_key``, ``server.index_keys``; :func:`server.security.key_ring`): every
 route needs ``Authorization: Bearer <key>`` except ``/health``, the docs (``/docs``, ``/redoc``, ``/openapi.json``)
@@ -51,7 +51,7 @@ from routerag.retrieval import QueryError, RetrievalResult
 from .admission import Gate, Overloaded, Slot, ask_limits, retrieve_limits
 from .cancellation import ShutdownGuard, client_left, until_disconnect
 from .chat import chat_routes
-from .errors import APIError
+from .errors import APIError, error_body
 from .jobs import JobError, JobRunner, Target
 from .metrics import DISCONNECTED_STATE, ServerMetrics, MetricsMiddleware
 from .protocol import (STREAM_EVENTS, AskRequest, AskResponse, DeleteDocuments, Document, ErrorResponse,
@@ -344,8 +344,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
                 return
             except Exception as exc:
                 log.error("internal error in a streamed /ask", exc_info=exc)
-                body = {"error": {"type": "internal_error", "message": f"internal server error "
-                                                                      f"({type(exc).__name__})"}}
+                body = error_body("internal_error", f"internal server error ({type(exc).__name__})")
                 yield ServerSentEvent(data=json.dumps(body), event="error")
                 ended["yes"] = True
                 return

@@ -172,8 +172,12 @@ class ErrorDetail(BaseModel):
     type: str = Field(description="validation_error, invalid_query, authentication_error, request_too_large, "
                                   "unsupported_media_type, overloaded, timeout, backend_error, not_found, "
                                   "method_not_allowed, not_ready or internal_error (and client_disconnected, with "
-                                  "status 499, in the logs and metrics of a request whose client left).")
+                                  "status 499, in the logs and metrics of a request whose client left); "
+                                  "`invalid_request_error` for a chat request OpenAI's API would refuse.")
     message: str
+    param: str | None = Field(None, description="The request field at fault, when one is (OpenAI's `param`).")
+    code: str | None = Field(None, description="A finer reason, when there is one (OpenAI's `code`, e.g. "
+                                               "`unsupported_parameter`, `unsupported_value`).")
 
 
 class ErrorResponse(BaseModel):
@@ -266,21 +270,39 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
+class ChatStreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
 class ChatCompletionRequest(BaseModel):
     """OpenAI's chat completion request. The routing policy answers the last user message; ``model`` names the
     index. Sampling fields other clients send (temperature, max_tokens, …) are accepted and ignored: the policy runs
-    with the server's settings, so every client gets the same answer."""
+    with the server's settings, so every client gets the same answer. Parameters that would change what comes back
+    (``n > 1``, ``tools``, ``response_format``, ``logprobs``...) are refused with a 400 naming them, as OpenAI's API
+    refuses what a model does not support."""
 
     model_config = ConfigDict(extra="allow")
 
     model: str = Field(description="The index to answer from (`GET /v1/models`).")
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
+    stream_options: ChatStreamOptions | None = Field(None, description=(
+        "With `include_usage`, a last chunk before `[DONE]` carries the request's `usage` (and no choices)."))
+    n: int | None = Field(None, description="Only 1: the policy gives one answer per question (else a 400).")
+    tools: list[dict[str, Any]] | None = Field(None, description="Not supported: a 400 (the policy calls no tools).")
+    tool_choice: Any = Field(None, description="Only `none`, else a 400.")
+    response_format: dict[str, Any] | None = Field(None, description="Only `{\"type\": \"text\"}`, else a 400.")
+    logprobs: bool | None = Field(None, description="Only false: the answer is read, not sampled (else a 400).")
+    top_logprobs: int | None = Field(None, description="Not supported: a 400.")
 
 
 class ChatCompletionMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    refusal: str | None = Field(None, description="When the policy refused (the retrieved documents do not answer "
+                                                  "the question): why, and `content` is null, as OpenAI signals one.")
 
 
 class ChatChoice(BaseModel):
@@ -313,6 +335,7 @@ class ChatDelta(BaseModel):
     content: str | None = None
     reasoning_content: str | None = Field(None, description="The policy's thoughts and searches as they happen "
                                                             "(the field reasoning models use, shown by many chat UIs).")
+    refusal: str | None = None
 
 
 class ChatChunkChoice(BaseModel):
@@ -330,6 +353,8 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChatChunkChoice]
     routerag: AskResponse | None = None
+    usage: ChatUsage | None = Field(None, description="Only on the last chunk, when `stream_options.include_usage` "
+                                                      "asked for it (its `choices` are then empty).")
 
 
 class ModelCard(BaseModel):

@@ -66,7 +66,8 @@ def test_an_engine_value_error_is_a_500_not_the_clients_422(index: Path, retriev
 
     r = call(make_app(index, retriever, Broken()), "POST", "/ask", json={"question": Q})
     assert r.status_code == 500
-    assert r.json() == {"error": {"type": "internal_error", "message": "internal server error (ValueError)"}}
+    assert r.json() == {"error": {"type": "internal_error", "message": "internal server error (ValueError)",
+                                  "param": None, "code": None}}
 
 
 def test_retrieve_schema_and_behaviour_agree_on_blank_queries_and_unknown_fields(index: Path,

@@ -54,7 +54,7 @@ def call(runner: asyncio.Runner, app, method: str, url: str, **kw: Any) -> httpx
 
 def error_of(resp: httpx.Response) -> dict[str, str]:
     body = resp.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"type", "message"}, body
+    assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "param", "code"}, body
     return body["error"]
 
 
@@ -275,7 +275,8 @@ def test_internal_errors_are_json_500s(runner, index, retriever) -> None:
 
     r = runner.run(go())
     assert r.status_code == 500
-    assert error_of(r) == {"type": "internal_error", "message": "internal server error (RuntimeError)"}
+    assert error_of(r) == {"type": "internal_error", "message": "internal server error (RuntimeError)",
+                         "param": None, "code": None}
 
 
 # -- probes, docs, auth ------------------------------------------------------------------------------------------------
