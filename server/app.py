@@ -325,7 +325,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     async def stream_events(req: AskRequest, t0: float, slot: Slot, deadline: float, ended: dict[str, bool],
                             target: tuple[str, Engine]) -> AsyncIterator[ServerSentEvent]:
-        """One SSE per loop event (think, search, information, answer), then ``done`` with the full AskResponse, or
+        """One SSE per loop event (think, search, information, draft, answer), then ``done`` with the full AskResponse, or
         ``error`` with an error body. The trajectory runs in its own task so that a client who leaves cancels it.
         ``ended["yes"]`` is set once the last event was sent: a disconnect after it is the normal end of a stream."""
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
@@ -373,7 +373,8 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     @app.post("/ask", response_model=AskResponse, responses={
         **errors, 200: {"description": "The answer and its trace; with `stream: true`, Server-Sent Events "
-                                       "(think, search, information, answer, then `done` carrying this same "
+                                       "(think, search, information, `draft`: the policy's own answer, `answer`: "
+                                       "the final one, then `done` carrying this same "
                                        "object, or `error` carrying an error object): the `itemSchema` names "
                                        "each event and the model of its JSON data.",
                         "content": {"text/event-stream": {"schema": {"type": "string"},

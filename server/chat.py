@@ -89,6 +89,8 @@ def reasoning_line(event: dict[str, Any]) -> str | None:
     if kind == "information":
         titles = "; ".join(d["title"] for d in event.get("docs", []))
         return f"({len(event.get('docs', []))} documents: {titles})\n"
+    if kind == "draft":  # labelled: the final answer, which a reader may have rewritten, is the content
+        return f"[draft answer] {event.get('text') or '(none)'}\n"
     return None
 
 

@@ -23,7 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from routerag.config import ServerConfig
 from routerag.policy.types import Summary
-from routerag.vocabulary import AskMode, Finish, Mode
+from routerag.vocabulary import AnsweredBy, AskMode, Finish, Mode
 
 
 def _valid_text(v: str) -> str:
@@ -96,10 +96,17 @@ class CitationOut(BaseModel):
 class AskResponse(BaseModel):
     """The answer with its full trace: every step's thought, action, retrieval mode, query, documents and timings."""
 
-    answer: str | None
+    answer: str | None = Field(description="The final answer: the one to show (written by `answered_by`).")
+    answered_by: AnsweredBy = Field("policy", description=(
+        "Who wrote `answer`: `reader` (a reader that read the retrieved documents) or `policy` (its draft, maybe "
+        "cut to a span)."))
+    draft: str | None = Field(None, description=(
+        "The policy's draft: what it wrote in `<answer>` (the `answer` field of the trace's last step). A reader may "
+        "replace it, so it can differ from `answer`; show `answer`."))
     trace: list[dict[str, Any]] = Field(description="One object per policy step (see the `Step` fields: index, "
-                                                    "action, thought, mode, query, answer, doc_ids, doc_titles, "
-                                                    "retrieval_ms, generation_ms, tokens).")
+                                                    "action, thought, mode, query, answer (the policy's draft, on "
+                                                    "an answer step), doc_ids, doc_titles, retrieval_ms, "
+                                                    "generation_ms, tokens).")
     searches: int
     retrieval_ms: float = Field(description="Retrieval compute time of all searches.")
     generation_ms: float = Field(description="Time spent waiting for the policy's generations.")
@@ -407,22 +414,33 @@ class InformationEvent(BaseModel):
     docs: list[EventDocument]
 
 
-class AnswerEvent(BaseModel):
-    """The answer; ``forced`` when the budget or the invalid-turn limit made the policy answer, ``refused`` when the
-    policy said that the documents do not answer the question."""
+class DraftEvent(BaseModel):
+    """The policy's draft: what it wrote in ``<answer>``, before any reader; ``forced`` when the budget or the
+    invalid-turn limit made the policy answer, ``refused`` when it said that the documents do not answer the question.
+    The final answer (``answer``) may differ from it."""
 
-    type: Literal["answer"]
+    type: Literal["draft"]
     text: str | None
     forced: bool
     refused: bool = False
 
 
+class AnswerEvent(BaseModel):
+    """The final answer, the one to show (``done`` carries it too): the reader's, or the policy's draft (maybe cut to
+    a span), as ``answered_by`` says."""
+
+    type: Literal["answer"]
+    text: str | None
+    answered_by: AnsweredBy
+    refused: bool = False
+
+
 STREAM_EVENTS: dict[str, type[BaseModel]] = {"think": ThinkEvent, "search": SearchEvent,
-                                             "information": InformationEvent, "answer": AnswerEvent,
-                                             "done": AskResponse, "error": ErrorResponse}
-"""``/ask`` with ``stream: true``: each SSE event's name and the model of its JSON ``data``. The stream ends with
-``done`` (the whole answer, as the JSON response would be) or ``error`` (the error object a JSON response would
-carry, e.g. a timeout or an internal error)."""
+                                             "information": InformationEvent, "draft": DraftEvent,
+                                             "answer": AnswerEvent, "done": AskResponse, "error": ErrorResponse}
+"""``/ask`` with ``stream: true``: each SSE event's name and the model of its JSON ``data``. The policy's answer is a
+``draft``; ``answer`` is the final one. The stream ends with ``done`` (the whole answer, as the JSON response would
+be) or ``error`` (the error object a JSON response would carry, e.g. a timeout or an internal error)."""
 
 
 # -- /explain --------------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ deterministic policy."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ def test_ask_answers_with_the_full_trace(runner, app) -> None:
     assert r.status_code == 200, r.text
     body = r.json()
     assert set(body) == {"answer", "trace", "searches", "retrieval_ms", "generation_ms", "total_ms", "tokens", "finish",
-                         "refused", "citations"}
+                         "refused", "citations", "draft", "answered_by"}
     assert body["finish"] == "answer" and body["refused"] is False and body["searches"] == 1
     first, last = body["trace"]
     assert (first["action"], first["mode"], first["query"]) == ("search", "graph", Q)
@@ -99,18 +100,47 @@ def test_ask_streams_server_sent_events(runner, index, retriever) -> None:
     r = call(runner, app, "POST", "/ask", json={"question": Q, "stream": True})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = parse_sse(r.text)
-    assert [e for e, _ in events] == ["think", "search", "information", "think", "answer", "done"]
+    assert [e for e, _ in events] == ["think", "search", "information", "think", "draft", "answer", "done"]
     by = dict(events[:3])
     assert by["think"] == {"type": "think", "text": "look it up", "step": 0}
     assert by["search"]["mode"] == "hybrid" and by["search"]["query"] == "Joran Veld birthplace"
     docs = by["information"]["docs"]
     assert len(docs) == 3 and set(docs[0]) == {"id", "title", "text", "score"}
-    assert events[4][1] == {"type": "answer", "text": "Tarsk", "forced": False, "refused": False}
+    assert events[4][1] == {"type": "draft", "text": "Tarsk", "forced": False, "refused": False}
+    assert events[5][1] == {"type": "answer", "text": "Tarsk", "answered_by": "policy", "refused": False}
     done = events[-1][1]
     assert done["answer"] == "Tarsk" and done["finish"] == "answer" and done["searches"] == 1
+    assert (done["draft"], done["answered_by"]) == ("Tarsk", "policy")
     assert [s["action"] for s in done["trace"]] == ["search", "answer"]
     assert done["trace"][0]["doc_ids"] == [d["id"] for d in docs]
     assert done["total_ms"] >= done["retrieval_ms"] > 0
+
+
+def test_the_policys_draft_and_the_readers_final_answer_are_labelled(runner, index, retriever) -> None:
+    """One answer to show: the policy's `<answer>` is its draft, the reader's is `answer`, in the JSON, the stream
+    and the chat completion alike."""
+    def app_with_reader():
+        settings = Settings(policy={"query": "free"})
+        engine = Engine(index, settings, generator=ScriptedGenerator(["<search>[graph] Joran Veld</search>",
+                                                                      "<answer>somewhere</answer>"]),
+                        retriever=retriever, answer_generator=ScriptedGenerator(["Tarsk</answer>"]))
+        engine.warm_up()
+        return create_app(engine, settings)
+
+    body = call(runner, app_with_reader(), "POST", "/ask", json={"question": Q}).json()
+    assert (body["answer"], body["answered_by"], body["draft"]) == ("Tarsk", "reader", "somewhere")
+    assert body["trace"][-1]["answer"] == "somewhere"  # the trace's answer step is the draft
+    events = dict(parse_sse(call(runner, app_with_reader(), "POST", "/ask",
+                                 json={"question": Q, "stream": True}).text))
+    assert events["draft"]["text"] == "somewhere"
+    assert events["answer"] == {"type": "answer", "text": "Tarsk", "answered_by": "reader", "refused": False}
+    chat = call(runner, app_with_reader(), "POST", "/v1/chat/completions",
+                json={"model": "idx", "stream": True, "messages": [{"role": "user", "content": Q}]})
+    chunks = [c for line in chat.text.splitlines() if line.startswith("data: {")
+              for c in [json.loads(line[6:])] if c.get("choices")]
+    reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks)
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert "[draft answer] somewhere" in reasoning and content == "Tarsk"
 
 
 def test_streamed_timeout_ends_with_an_error_event(runner, index, retriever) -> None:

@@ -120,7 +120,13 @@ def test_the_page_streams_an_answer_and_draws_its_evidence(browser: Any, ui_url:
     _wait(browser, lambda d: find("#answer").is_displayed())
     steps = [li.get_attribute("class") for li in all_of("#trace > li")]
     assert steps == ["step step-think", "step step-search", "step step-information", "step step-think",
-                     "step step-answer"], steps
+                     "step step-draft", "step step-final"], steps
+    # one answer, labelled: the policy's draft in the trace, the final answer (and who wrote it) in the box
+    draft, final = find("#trace .step-draft"), find("#trace .step-final")
+    assert draft.find_element(By.CSS_SELECTOR, ".tag").text == "DRAFT" and "the policy's draft" in draft.text
+    assert final.find_element(By.CSS_SELECTOR, ".tag").text == "FINAL"
+    assert f"{expected[0].title} the final answer, by the policy" in final.text
+    assert find("#answer-by").text == "by the policy" and not find("#answer-draft").is_displayed()
     assert f"[graph] {Q}" in find("#trace .step-search").text
     assert [li.find_element(By.CSS_SELECTOR, ".doc-title").text for li in all_of("#trace .step-information .doc")] \
         == [d.title for d in expected]

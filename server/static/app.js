@@ -168,8 +168,11 @@ async function ask(question, mode) {
         const query = search ? search.query : question;
         const docs = el("ol", { class: "docs" }, ...data.docs.map((d) => docItem(d, query, data.mode, data.docs.length)));
         traceItem("information", `${data.docs.length} documents (${data.mode}, ${fmt(data.retrieval_ms, 1)} ms)`, docs);
+      } else if (name === "draft") {  // the policy's own answer: labelled, as the final one may differ
+        traceItem("draft", data.text ?? "(none)", el("span", { class: "meta" }, " the policy's draft"
+          + (data.forced ? ", forced" : "") + (data.refused ? ", a refusal" : "")));
       } else if (name === "answer") {
-        traceItem("answer", data.text ?? "(none)", data.forced ? " (forced)" : "", data.refused ? " (refused)" : "");
+        traceItem("final", data.text ?? "(none)", el("span", { class: "meta" }, ` the final answer, by the ${data.answered_by}`));
       } else if (name === "done") {
         showAnswer(data);
         status("");
@@ -186,6 +189,10 @@ async function ask(question, mode) {
 
 function showAnswer(done) {
   $("answer-text").textContent = done.answer ?? "(no answer)";
+  $("answer-by").textContent = `by the ${done.answered_by}`;
+  const differs = done.draft != null && done.draft !== done.answer;
+  $("answer-draft").hidden = !differs;
+  $("answer-draft-text").textContent = differs ? done.draft : "";
   $("answer-meta").textContent = `${done.finish} · ${done.searches} search(es) · retrieval ${fmt(done.retrieval_ms, 1)} ms`
     + ` · generation ${fmt(done.generation_ms, 1)} ms · total ${fmt(done.total_ms, 1)} ms`;
   const list = $("citations");
