@@ -2,7 +2,7 @@
 :class:`~routerag.engine.Engine` or several, by index name.
 
 Routes: ``POST /ask`` (JSON, or Server-Sent Events with ``stream: true``), ``POST /retrieve`` (Search-R1's retriever
-protocol plus ``mode``), ``POST /documents`` / ``DELETE /documents/{id}`` / ``GET /jobs/{id}`` (ingestion,
+protocol plus ``mode``), ``GET /documents`` (:mod:`server.documents`), ``POST /documents`` / ``DELETE /documents/{id}`` / ``GET /jobs/{id}`` (ingestion,
 :mod:`server.jobs`), ``/v1/chat/completions`` and ``/v1/models`` (:mod:`server.chat`), ``POST /explain`` and the
 ``/ui`` page (:mod:`server.ui`), ``GET /indexes``, ``GET /health`` (liveness), ``GET /ready`` (engines loaded),
 ``GET /metrics`` (Prometheus), the OpenAPI docs at ``/docs``, ``/redoc`` and ``/openapi.json`` (their assets served
@@ -52,6 +52,7 @@ from routerag.retrieval import QueryError, RetrievalResult
 
 from .admission import Gate, Overloaded, Slot, ask_limits, retrieve_limits
 from .cancellation import ShutdownGuard, client_left, until_disconnect
+from .documents import document_routes
 from .operations import DOCS_PATHS, ROOT_PATH, draining, operations_routes
 from .chat import chat_routes
 from .errors import APIError, error_body
@@ -563,6 +564,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
                                    ask_model=ask_model, errors=errors, timeout_s=timeout_s))
     app.include_router(ui_routes(pick=pick, settings=settings, errors=errors))  # GET /ui, POST /explain
     app.include_router(operations_routes(app.title))  # /docs and /redoc from local assets, / → /ui
+    app.include_router(document_routes(pick=pick, errors=errors))  # GET /documents
 
     # -- guards (server/security.py): Host and Origin, the key, the body limit, the content type; metrics outermost,
     #    so they see every response -------------------------------------------------------------------------------------

@@ -240,6 +240,17 @@ class Job(BaseModel):
     resumed: int = Field(0, description="Times the job was started again after a server restart.")
 
 
+class DocumentPage(BaseModel):
+    """A page of ``GET /documents``."""
+
+    index: str
+    total: int = Field(description="Documents matching `q` (all of the index's without it).")
+    offset: int
+    limit: int
+    q: str | None = Field(None, description="The search the page was filtered by, if any.")
+    documents: list[Document]
+
+
 class JobAccepted(BaseModel):
     job: str = Field(description="The job's id: poll `GET /jobs/{job}`.")
     index: str

@@ -162,6 +162,8 @@ TABLE: dict[tuple[str, str], Row] = {
     ("POST", "/explain"): Row("read", _post("/explain", lambda n: {"query": QUESTION[n], "mode": "graph",
                                                                    "index": n}), needle="nodes"),
     ("POST", "/v1/chat/completions"): Row("read", _post("/v1/chat/completions", _chat), needle="chat.completion"),
+    ("GET", "/documents"): Row("read", lambda s, n: {"url": "/documents", "params": {"index": n}},
+                               needle='"documents"'),
     ("POST", "/documents"): Row("write", _upload, ok=202, needle='"job"'),
     # an id the index does not hold: the admin key gets as far as the job's own 404
     ("DELETE", "/documents/{doc_id}"): Row("write", lambda s, n: {"url": "/documents/no-such-id",
