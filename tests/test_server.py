@@ -415,7 +415,6 @@ def test_64_concurrent_asks_are_all_answered_and_batched(runner, index, retrieve
 
 
 def test_serve_command_builds_settings_engine_and_uvicorn(runner, monkeypatch, index, retriever, tmp_path) -> None:
-    import uvicorn
     from typer.testing import CliRunner
 
     import routerag.engine
@@ -431,7 +430,7 @@ def test_serve_command_builds_settings_engine_and_uvicorn(runner, monkeypatch, i
 
     monkeypatch.setattr(routerag.engine, "Engine", engine)
     monkeypatch.setattr(routerag.runtime, "configure_threads", lambda: seen.setdefault("threads", True))
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(app=app, **kw))
+    monkeypatch.setattr("server.operations.run", lambda app, **kw: seen.update(app=app, **kw))
     cfg = tmp_path / "server.toml"
     cfg.write_text("[server]\nmax_k = 7\nport = 1234\n")
     res = CliRunner().invoke(cli, ["serve", str(index), "--host", "0.0.0.0", "--port", "9123", "--api-key", "k",
@@ -443,6 +442,7 @@ def test_serve_command_builds_settings_engine_and_uvicorn(runner, monkeypatch, i
     assert s.server.api_key.get_secret_value() == "k"
     assert (s.policy.generator.backend, s.policy.generator.model) == ("openai", "m")
     assert seen["threads"] and (seen["host"], seen["port"]) == ("0.0.0.0", 9123)
+    assert seen["access_log"] is True and seen["drain_timeout_s"] == s.server.drain_timeout_s == 30.0
     assert call(runner, seen["app"], "GET", "/ready").status_code == 401
     r = call(runner, seen["app"], "POST", "/ask", json={"question": Q, "k": 8}, headers={"Authorization": "Bearer k"})
     assert r.status_code == 422 and "less than or equal to 7" in r.text
