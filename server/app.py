@@ -2,7 +2,8 @@
 :class:`~routerag.engine.Engine` or several, by index name.
 
 Routes: ``POST /ask`` (JSON, or Server-Sent Events with ``stream: true``), ``POST /retrieve`` (Search-R1's retriever
-protocol plus ``mode``), ``GET /documents`` (:mod:`server.documents`), ``POST /documents`` / ``DELETE /documents/{id}`` / ``GET /jobs/{id}`` (ingestion,
+protocol plus ``mode``), ``GET /documents`` (:mod:`server.documents`), ``POST /documents`` /
+``DELETE /documents/{id}`` / ``GET /jobs/{id}`` (ingestion,
 :mod:`server.jobs`), ``/v1/chat/completions`` and ``/v1/models`` (:mod:`server.chat`), ``POST /explain`` and the
 ``/ui`` page (:mod:`server.ui`), ``GET /indexes``, ``GET /health`` (liveness), ``GET /ready`` (engines loaded),
 ``GET /metrics`` (Prometheus), the OpenAPI docs at ``/docs``, ``/redoc`` and ``/openapi.json`` (their assets served
@@ -330,7 +331,8 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     async def stream_events(req: AskRequest, t0: float, slot: Slot, deadline: float, ended: dict[str, bool],
                             target: tuple[str, Engine]) -> AsyncIterator[ServerSentEvent]:
-        """One SSE per loop event (think, search, information, draft, answer), then ``done`` with the full AskResponse, or
+        """One SSE per loop event (think, search, information, draft, answer), then ``done`` with the full
+        AskResponse, or
         ``error`` with an error body. The trajectory runs in its own task so that a client who leaves cancels it.
         ``ended["yes"]`` is set once the last event was sent: a disconnect after it is the normal end of a stream."""
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()

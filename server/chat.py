@@ -150,7 +150,8 @@ def chat_routes(*, pick: Callable[..., tuple[str, Any]], readable: Callable[[Req
                      t0: float, with_usage: bool) -> AsyncIterator[ServerSentEvent]:
         def chunk(delta: ChatDelta | None, finish: str | None = None, extra: AskResponse | None = None,
                   usage: ChatUsage | None = None) -> ServerSentEvent:
-            choices = [] if delta is None else [ChatChunkChoice(delta=delta, finish_reason=finish)]  # type: ignore[arg-type]
+            choices = ([] if delta is None  # the usage chunk has none
+                       else [ChatChunkChoice(delta=delta, finish_reason=finish)])  # type: ignore[arg-type]
             c = ChatCompletionChunk(id=cid, created=int(time.time()), model=model, routerag=extra, usage=usage,
                                     choices=choices)
             return ServerSentEvent(data=c.model_dump_json(exclude_none=True))

@@ -96,7 +96,8 @@ def test_the_stream_events_and_the_new_statuses_are_in_the_openapi_schema(index:
               for alt in ask["200"]["content"]["text/event-stream"]["itemSchema"]["oneOf"]}
     assert events == {"think": "#/components/schemas/ThinkEvent", "search": "#/components/schemas/SearchEvent",
                       "information": "#/components/schemas/InformationEvent",
-                      "draft": "#/components/schemas/DraftEvent", "answer": "#/components/schemas/AnswerEvent", "done": "#/components/schemas/AskResponse",
+                      "draft": "#/components/schemas/DraftEvent", "answer": "#/components/schemas/AnswerEvent",
+                      "done": "#/components/schemas/AskResponse",
                       "error": "#/components/schemas/ErrorResponse"}
     schemas = spec["components"]["schemas"]
     assert all(ref.rsplit("/", 1)[-1] in schemas for ref in events.values())
