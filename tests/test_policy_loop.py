@@ -34,7 +34,7 @@ def test_mode_tags_choose_the_retrieval_mode(tags: str, mode: str) -> None:
     assert s.doc_titles == ["Joran Veld birthplace page 0", "Joran Veld birthplace page 1",
                             "Joran Veld birthplace page 2"]
     assert s.retrieval_ms == 3.0
-    assert [e["type"] for e in events] == ["think", "search", "information", "think", "answer", "done"]
+    assert [e["type"] for e in events] == ["think", "search", "information", "think", "draft", "answer", "done"]
 
 
 def test_information_is_appended_in_routerag_format() -> None:

@@ -114,7 +114,7 @@ async def run_strategy(engine: Engine, question: str, strategy: Strategy, *, bud
         return Summary(REFUSAL_ANSWER if read.abstained else read.answer, "refused" if read.abstained else "answer",
                        searches=searches, documents=[d for r in results for d in r.docs],
                        generation_ms=round(reader_ms, 3), prompt_tokens=gen.prompt_tokens,
-                       completion_tokens=gen.completion_tokens, citation=read.citation)
+                       completion_tokens=gen.completion_tokens, citation=read.citation, answered_by="reader")
     if strategy == NO_RETRIEVAL:
         answer = await answer_directly(gen, question)
         return Summary(answer, "answer", generation_ms=round(gen.generation_ms, 3), prompt_tokens=gen.prompt_tokens,

@@ -211,7 +211,7 @@ class PolicyLoop:
             run.traj.steps.append(step)
             run.traj.policy_answer = step.answer
             run.traj.finish = "refused" if refused else "answer"
-            await _emit(run.on_event, {"type": "answer", "text": REFUSAL_ANSWER if refused else step.answer,
+            await _emit(run.on_event, {"type": "draft", "text": REFUSAL_ANSWER if refused else step.answer,
                                        "forced": False, "refused": refused})
             return State.ANSWER
         if action.kind == "invalid":
@@ -281,7 +281,7 @@ class PolicyLoop:
             run.traj.finish = "forced_answer"
         else:
             run.traj.finish = "no_answer"
-        await _emit(run.on_event, {"type": "answer", "text": step.answer, "forced": True, "refused": False})
+        await _emit(run.on_event, {"type": "draft", "text": step.answer, "forced": True, "refused": False})
         return State.ANSWER
 
     async def _answer(self, run: _Run) -> State:
@@ -297,12 +297,16 @@ class PolicyLoop:
             docs = self.read_documents(traj.retrieved, run.cfg, cut=reader.extractive is None)
             read = await reader.read_answer(traj.question, docs)
             traj.answer_generation_ms = round((time.perf_counter() - t0) * 1000, 3)
+            traj.answered_by = "reader"
             if read.abstained:  # a refusal, as the harness counts it; the policy's answer is not used
                 traj.answer, traj.finish = REFUSAL_ANSWER, "refused"
             else:
                 traj.answer, traj.citation = read.answer, read.citation
         elif traj.answer:
             traj.answer = reader.shorten(traj.question, traj.answer, self.read_documents(traj.retrieved, run.cfg))
+        # the one answer a caller gets, labelled: the policy's draft (its `draft` event) may differ from it
+        await _emit(run.on_event, {"type": "answer", "text": traj.answer, "answered_by": traj.answered_by,
+                                   "refused": traj.refused})
         await _emit(run.on_event, {"type": "done", "answer": traj.answer, "searches": traj.searches,
                                    "finish": traj.finish})
         return State.DONE
