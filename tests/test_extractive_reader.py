@@ -246,3 +246,14 @@ def test_the_shipped_reader_reads_a_birthplace_and_cites_its_sentence() -> None:
     read = reader.read_sync("In what city was Joran Veld born?", docs)
     assert read.answer == "Tarsk" and read.citation == Citation("j", "Joran Veld",
                                                                 "He was born in Tarsk and worked in Ossel.")
+
+
+def test_train_reader_names_a_missing_questions_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from routerag.cli import app
+
+    missing = tmp_path / "derived.jsonl"
+    result = CliRunner().invoke(app, ["train-reader", "--questions", str(missing), "--out", str(tmp_path / "run")])
+    assert result.exit_code != 0
+    assert "--questions" in result.output and "derived.jsonl" in result.output and not (tmp_path / "run").exists()
