@@ -439,6 +439,12 @@ class ServerConfig(StrictModel):
     """``/retrieve`` requests waiting for a slot; None: 16 × the in-flight bound (searches take milliseconds)."""
     retrieve_mode: Mode | None = None
     """``/retrieve``'s mode when a request names none; None: ``retrieval.mode``."""
+    public_metrics: bool = False
+    """True: ``/metrics`` needs no key (a Prometheus scraper without credentials), and shows every index's series.
+    False: it needs a key, and shows the series of the indexes that key may read."""
+    drain_timeout_s: float = Field(30.0, ge=0)
+    """On SIGTERM or SIGINT: how long the requests in flight may still run (new ones get 503) before they are
+    cancelled. Give the container's stop grace period a few seconds more."""
 
     @field_validator("api_key", "admin_key")
     @classmethod

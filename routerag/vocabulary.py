@@ -23,6 +23,10 @@ Finish = Literal["answer", "refused", "forced_answer", "no_answer", "error"]
 the question, :data:`routerag.prompts.REFUSE_MARKER`), was made to answer (budget or invalid turns), gave no answer
 (cut off, or an empty forced answer), or failed (evaluation records only)."""
 
+AnsweredBy = Literal["policy", "reader"]
+"""Who wrote the final answer: the policy (its draft, maybe shortened to a span) or a reader that read the retrieved
+documents (extractive or a generator). The policy's own answer is always its *draft*."""
+
 StepAction = Literal["search", "answer", "refuse", "invalid", "over_budget", "forced_answer", "truncated"]
 """What one turn of the policy did."""
 

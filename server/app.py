@@ -2,20 +2,23 @@
 :class:`~routerag.engine.Engine` or several, by index name.
 
 Routes: ``POST /ask`` (JSON, or Server-Sent Events with ``stream: true``), ``POST /retrieve`` (Search-R1's retriever
-protocol plus ``mode``), ``POST /documents`` / ``DELETE /documents/{id}`` / ``GET /jobs/{id}`` (ingestion,
+protocol plus ``mode``), ``GET /documents`` (:mod:`server.documents`), ``POST /documents`` /
+``DELETE /documents/{id}`` / ``GET /jobs/{id}`` (ingestion,
 :mod:`server.jobs`), ``/v1/chat/completions`` and ``/v1/models`` (:mod:`server.chat`), ``POST /explain`` and the
 ``/ui`` page (:mod:`server.ui`), ``GET /indexes``, ``GET /health`` (liveness), ``GET /ready`` (engines loaded),
-``GET /metrics`` (Prometheus), and the OpenAPI docs at ``/docs``, ``/redoc`` and ``/openapi.json``.
+``GET /metrics`` (Prometheus), the OpenAPI docs at ``/docs``, ``/redoc`` and ``/openapi.json`` (their assets served
+from here), and ``/`` → ``/ui`` (:mod:`server.operations`, which also drains the server on SIGTERM).
 
 The app is built by a factory and keeps its state (engine, settings, metrics registry) on itself: no module
 globals, so tests and benchmarks can run several apps in one process. Requests run concurrently on the event loop;
 generation and retrieval are micro-batched inside the engine's backends, so there is deliberately no lock around
-model calls here. Every error, from the guards or the routes, is ``{"error": {"type", "message"}}``; a 500 is only
-ever a genuine internal error.
+model calls here. Every error, from the guards or the routes, is ``{"error": {"type", "message", "param", "code"}}``
+(OpenAI's error object); a 500 is only ever a genuine internal error.
 
 Auth (``server.api_key``, ``server.admin_key``, ``server.index_keys``; :func:`server.security.key_ring`): every
-route needs ``Authorization: Bearer <key>`` except ``/health``, the docs (``/docs``, ``/redoc``, ``/openapi.json``)
-and the ``/ui`` page's static files, which stay public; the routes check the key's access per index (an index the
+route needs ``Authorization: Bearer <key>`` except ``/health``, ``/``, the docs (``/docs``, ``/redoc``,
+``/openapi.json`` and their assets), the ``/ui`` page's static files and, with ``server.public_metrics``,
+``/metrics``, which stay public; the routes check the key's access per index (an index the
 key may not read is a 404, as an unknown one). Before the key, every request passes the Host and Origin allow-lists
 (``server.allowed_hosts``, ``server.allowed_origins``), and a state-changing one the content types its route
 declares: :func:`server.security.install_guards`, which the MCP transport installs too (docs/security.md).
@@ -50,8 +53,10 @@ from routerag.retrieval import QueryError, RetrievalResult
 
 from .admission import Gate, Overloaded, Slot, ask_limits, retrieve_limits
 from .cancellation import ShutdownGuard, client_left, until_disconnect
+from .documents import document_routes
+from .operations import DOCS_PATHS, ROOT_PATH, draining, operations_routes
 from .chat import chat_routes
-from .errors import APIError
+from .errors import APIError, error_body
 from .jobs import JobError, JobRunner, Target
 from .metrics import DISCONNECTED_STATE, ServerMetrics, MetricsMiddleware
 from .protocol import (STREAM_EVENTS, AskRequest, AskResponse, DeleteDocuments, Document, ErrorResponse,
@@ -63,7 +68,8 @@ from .ui import UI_PATHS, ui_routes
 
 log = logging.getLogger(__name__)
 
-PUBLIC_PATHS = ("/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", *UI_PATHS)
+PUBLIC_PATHS = ("/health", ROOT_PATH, "/openapi.json", *DOCS_PATHS, *UI_PATHS)
+METRICS_PATH = "/metrics"
 UPLOAD_PATH = "/documents"
 UPLOAD_TYPES = {"application/x-ndjson": "jsonl", "application/jsonl": "jsonl", "application/json": "json",
                 "multipart/form-data": "file"}
@@ -174,7 +180,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
         yield
 
     app = FastAPI(
-        lifespan=lifespan,
+        lifespan=lifespan, docs_url=None, redoc_url=None,  # served from this server: server.operations
         title="RouteRAG server", version=__version__,
         description="Graph-text hybrid retrieval-augmented generation with a learned router: ask a question (the "
                     "policy decides per search between dense passages, the knowledge graph or both), or retrieve "
@@ -325,7 +331,8 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     async def stream_events(req: AskRequest, t0: float, slot: Slot, deadline: float, ended: dict[str, bool],
                             target: tuple[str, Engine]) -> AsyncIterator[ServerSentEvent]:
-        """One SSE per loop event (think, search, information, answer), then ``done`` with the full AskResponse, or
+        """One SSE per loop event (think, search, information, draft, answer), then ``done`` with the full
+        AskResponse, or
         ``error`` with an error body. The trajectory runs in its own task so that a client who leaves cancels it.
         ``ended["yes"]`` is set once the last event was sent: a disconnect after it is the normal end of a stream."""
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
@@ -344,8 +351,7 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
                 return
             except Exception as exc:
                 log.error("internal error in a streamed /ask", exc_info=exc)
-                body = {"error": {"type": "internal_error", "message": f"internal server error "
-                                                                      f"({type(exc).__name__})"}}
+                body = error_body("internal_error", f"internal server error ({type(exc).__name__})")
                 yield ServerSentEvent(data=json.dumps(body), event="error")
                 ended["yes"] = True
                 return
@@ -374,7 +380,8 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
 
     @app.post("/ask", response_model=AskResponse, responses={
         **errors, 200: {"description": "The answer and its trace; with `stream: true`, Server-Sent Events "
-                                       "(think, search, information, answer, then `done` carrying this same "
+                                       "(think, search, information, `draft`: the policy's own answer, `answer`: "
+                                       "the final one, then `done` carrying this same "
                                        "object, or `error` carrying an error object): the `itemSchema` names "
                                        "each event and the model of its JSON data.",
                         "content": {"text/event-stream": {"schema": {"type": "string"},
@@ -464,18 +471,18 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
         """The indexes this key may use: passages, served version, memory and pending ingestion jobs."""
         return IndexList(indexes=[index_info(n) for n in readable(request)])
 
-    @app.get("/metrics", response_class=Response, responses={
+    @app.get(METRICS_PATH, response_class=Response, responses={
         200: {"content": {"text/plain": {"schema": {"type": "string"}}},
               "description": "Prometheus text exposition format."},
-        **({401: errors[401]} if keyed else {})})
+        **({401: errors[401]} if keyed and not cfg.public_metrics else {})})
     async def prometheus_metrics(request: Request) -> Response:
         """Prometheus metrics: requests by route and status, latency histograms, searches per mode and index,
         finishes, per-index passages and memory, ingestion jobs; the per-index series only of the indexes this key
-        may read."""
-        access = access_of(request)
-        for name in readable(request):
+        may read (all of them with `server.public_metrics`, which also makes this route public)."""
+        shown = list(served) if cfg.public_metrics else readable(request)
+        for name in shown:
             index_info(name)
-        return Response(metrics.render(access.can_read), media_type=metrics.content_type)
+        return Response(metrics.render(shown.__contains__), media_type=metrics.content_type)
 
     # -- ingestion ----------------------------------------------------------------------------------------------------
 
@@ -558,16 +565,19 @@ def create_app(engines: Engine | Mapping[str, Engine], settings: Settings, *,
     app.include_router(chat_routes(pick=pick, readable=readable, admit=admit, run_ask=run_ask, answer=answer,
                                    ask_model=ask_model, errors=errors, timeout_s=timeout_s))
     app.include_router(ui_routes(pick=pick, settings=settings, errors=errors))  # GET /ui, POST /explain
+    app.include_router(operations_routes(app.title))  # /docs and /redoc from local assets, / → /ui
+    app.include_router(document_routes(pick=pick, errors=errors))  # GET /documents
 
     # -- guards (server/security.py): Host and Origin, the key, the body limit, the content type; metrics outermost,
     #    so they see every response -------------------------------------------------------------------------------------
 
-    install_guards(app, cfg, ring, media=declared_media(lambda: app.routes), public_paths=PUBLIC_PATHS,
+    public = (*PUBLIC_PATHS, METRICS_PATH) if cfg.public_metrics else PUBLIC_PATHS
+    install_guards(app, cfg, ring, media=declared_media(lambda: app.routes), public_paths=public,
                    body_limits={UPLOAD_PATH: (cfg.max_upload_bytes, "server.max_upload_bytes")})
-    _customise_openapi(app, with_auth=bool(ring))
+    _customise_openapi(app, with_auth=bool(ring), public=public)
     app.add_middleware(MetricsMiddleware, metrics=metrics,
                        paths=lambda: [getattr(r, "path", "") for r in flat_routes(app.routes)])
-    app.add_middleware(ShutdownGuard)
+    app.add_middleware(ShutdownGuard, draining=lambda: draining(app))
     return app
 
 
@@ -610,7 +620,7 @@ def stream_item_schema() -> dict[str, Any]:
         for name, model in STREAM_EVENTS.items()]}
 
 
-def _customise_openapi(app: FastAPI, *, with_auth: bool) -> None:
+def _customise_openapi(app: FastAPI, *, with_auth: bool, public: tuple[str, ...] = PUBLIC_PATHS) -> None:
     """Add the stream events' models to the schema's components (no route returns them as a body, so FastAPI would
     not) and, with an API key, declare the bearer scheme on every operation that needs it."""
 
@@ -627,7 +637,7 @@ def _customise_openapi(app: FastAPI, *, with_auth: bool) -> None:
             components.setdefault("securitySchemes", {})["bearerAuth"] = {
                 "type": "http", "scheme": "bearer", "description": "The server's API key (server.api_key)."}
             for path, ops in schema.get("paths", {}).items():
-                if path in PUBLIC_PATHS:
+                if path in public:
                     continue
                 for op in ops.values():
                     if isinstance(op, dict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -54,16 +54,22 @@ def client_left(request: Request, route: str) -> Response:
 
 
 class ShutdownGuard:
-    """The outermost middleware: a request the server cancels (uvicorn cancels the requests still running when its
-    graceful-shutdown time is over) ends with a logged line and, if nothing was sent yet, a 503, instead of one
-    "Exception in ASGI application" traceback per request in flight."""
+    """The outermost middleware, for a server shutting down (:mod:`server.operations`): once it drains, a request
+    that arrives is refused at once (503 ``shutting_down``, ``Connection: close``), except ``/health``; a request the
+    server cancels (uvicorn cancels those still running when the drain time is over) ends with a logged line and, if
+    nothing was sent yet, a 503, instead of one "Exception in ASGI application" traceback per request in flight."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, draining: Callable[[], bool] = lambda: False) -> None:
         self.app = app
+        self.draining = draining
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if self.draining() and scope.get("path") != "/health":
+            await error_response(503, "shutting_down", "the server is shutting down; retry on another replica or "
+                                 "after it restarts", {"Connection": "close", "Retry-After": "1"})(scope, receive, send)
             return
         started = False
 

@@ -1,5 +1,5 @@
 """The error route code raises; one handler in :mod:`server.app` renders every one as ``{"error": {"type",
-"message"}}``."""
+"message", "param", "code"}}`` (OpenAI's error object, so its clients read ours)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,19 @@ from typing import Any
 
 
 class APIError(Exception):
-    """An error with its HTTP status and error type, raised by route code and rendered by one handler."""
+    """An error with its HTTP status and error type, raised by route code and rendered by one handler; ``param``
+    names the request field at fault and ``code`` a finer reason, where there are ones."""
 
-    def __init__(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None, *,
+                 param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status, self.kind, self.message, self.headers = status, kind, message, headers
+        self.param, self.code = param, code
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"type": self.kind, "message": self.message}}
+        return error_body(self.kind, self.message, param=self.param, code=self.code)
+
+
+def error_body(kind: str, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """The one error shape of the API (:class:`~server.protocol.ErrorResponse`)."""
+    return {"error": {"type": kind, "message": message, "param": param, "code": code}}

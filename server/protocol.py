@@ -23,7 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from routerag.config import ServerConfig
 from routerag.policy.types import Summary
-from routerag.vocabulary import AskMode, Finish, Mode
+from routerag.vocabulary import AnsweredBy, AskMode, Finish, Mode
 
 
 def _valid_text(v: str) -> str:
@@ -96,10 +96,17 @@ class CitationOut(BaseModel):
 class AskResponse(BaseModel):
     """The answer with its full trace: every step's thought, action, retrieval mode, query, documents and timings."""
 
-    answer: str | None
+    answer: str | None = Field(description="The final answer: the one to show (written by `answered_by`).")
+    answered_by: AnsweredBy = Field("policy", description=(
+        "Who wrote `answer`: `reader` (a reader that read the retrieved documents) or `policy` (its draft, maybe "
+        "cut to a span)."))
+    draft: str | None = Field(None, description=(
+        "The policy's draft: what it wrote in `<answer>` (the `answer` field of the trace's last step). A reader may "
+        "replace it, so it can differ from `answer`; show `answer`."))
     trace: list[dict[str, Any]] = Field(description="One object per policy step (see the `Step` fields: index, "
-                                                    "action, thought, mode, query, answer, doc_ids, doc_titles, "
-                                                    "retrieval_ms, generation_ms, tokens).")
+                                                    "action, thought, mode, query, answer (the policy's draft, on "
+                                                    "an answer step), doc_ids, doc_titles, retrieval_ms, "
+                                                    "generation_ms, tokens).")
     searches: int
     retrieval_ms: float = Field(description="Retrieval compute time of all searches.")
     generation_ms: float = Field(description="Time spent waiting for the policy's generations.")
@@ -172,8 +179,12 @@ class ErrorDetail(BaseModel):
     type: str = Field(description="validation_error, invalid_query, authentication_error, request_too_large, "
                                   "unsupported_media_type, overloaded, timeout, backend_error, not_found, "
                                   "method_not_allowed, not_ready or internal_error (and client_disconnected, with "
-                                  "status 499, in the logs and metrics of a request whose client left).")
+                                  "status 499, in the logs and metrics of a request whose client left); "
+                                  "`invalid_request_error` for a chat request OpenAI's API would refuse.")
     message: str
+    param: str | None = Field(None, description="The request field at fault, when one is (OpenAI's `param`).")
+    code: str | None = Field(None, description="A finer reason, when there is one (OpenAI's `code`, e.g. "
+                                               "`unsupported_parameter`, `unsupported_value`).")
 
 
 class ErrorResponse(BaseModel):
@@ -229,6 +240,17 @@ class Job(BaseModel):
     resumed: int = Field(0, description="Times the job was started again after a server restart.")
 
 
+class DocumentPage(BaseModel):
+    """A page of ``GET /documents``."""
+
+    index: str
+    total: int = Field(description="Documents matching `q` (all of the index's without it).")
+    offset: int
+    limit: int
+    q: str | None = Field(None, description="The search the page was filtered by, if any.")
+    documents: list[Document]
+
+
 class JobAccepted(BaseModel):
     job: str = Field(description="The job's id: poll `GET /jobs/{job}`.")
     index: str
@@ -266,21 +288,39 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
+class ChatStreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
 class ChatCompletionRequest(BaseModel):
     """OpenAI's chat completion request. The routing policy answers the last user message; ``model`` names the
     index. Sampling fields other clients send (temperature, max_tokens, …) are accepted and ignored: the policy runs
-    with the server's settings, so every client gets the same answer."""
+    with the server's settings, so every client gets the same answer. Parameters that would change what comes back
+    (``n > 1``, ``tools``, ``response_format``, ``logprobs``...) are refused with a 400 naming them, as OpenAI's API
+    refuses what a model does not support."""
 
     model_config = ConfigDict(extra="allow")
 
     model: str = Field(description="The index to answer from (`GET /v1/models`).")
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
+    stream_options: ChatStreamOptions | None = Field(None, description=(
+        "With `include_usage`, a last chunk before `[DONE]` carries the request's `usage` (and no choices)."))
+    n: int | None = Field(None, description="Only 1: the policy gives one answer per question (else a 400).")
+    tools: list[dict[str, Any]] | None = Field(None, description="Not supported: a 400 (the policy calls no tools).")
+    tool_choice: Any = Field(None, description="Only `none`, else a 400.")
+    response_format: dict[str, Any] | None = Field(None, description="Only `{\"type\": \"text\"}`, else a 400.")
+    logprobs: bool | None = Field(None, description="Only false: the answer is read, not sampled (else a 400).")
+    top_logprobs: int | None = Field(None, description="Not supported: a 400.")
 
 
 class ChatCompletionMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    refusal: str | None = Field(None, description="When the policy refused (the retrieved documents do not answer "
+                                                  "the question): why, and `content` is null, as OpenAI signals one.")
 
 
 class ChatChoice(BaseModel):
@@ -313,6 +353,7 @@ class ChatDelta(BaseModel):
     content: str | None = None
     reasoning_content: str | None = Field(None, description="The policy's thoughts and searches as they happen "
                                                             "(the field reasoning models use, shown by many chat UIs).")
+    refusal: str | None = None
 
 
 class ChatChunkChoice(BaseModel):
@@ -330,6 +371,8 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChatChunkChoice]
     routerag: AskResponse | None = None
+    usage: ChatUsage | None = Field(None, description="Only on the last chunk, when `stream_options.include_usage` "
+                                                      "asked for it (its `choices` are then empty).")
 
 
 class ModelCard(BaseModel):
@@ -382,22 +425,33 @@ class InformationEvent(BaseModel):
     docs: list[EventDocument]
 
 
-class AnswerEvent(BaseModel):
-    """The answer; ``forced`` when the budget or the invalid-turn limit made the policy answer, ``refused`` when the
-    policy said that the documents do not answer the question."""
+class DraftEvent(BaseModel):
+    """The policy's draft: what it wrote in ``<answer>``, before any reader; ``forced`` when the budget or the
+    invalid-turn limit made the policy answer, ``refused`` when it said that the documents do not answer the question.
+    The final answer (``answer``) may differ from it."""
 
-    type: Literal["answer"]
+    type: Literal["draft"]
     text: str | None
     forced: bool
     refused: bool = False
 
 
+class AnswerEvent(BaseModel):
+    """The final answer, the one to show (``done`` carries it too): the reader's, or the policy's draft (maybe cut to
+    a span), as ``answered_by`` says."""
+
+    type: Literal["answer"]
+    text: str | None
+    answered_by: AnsweredBy
+    refused: bool = False
+
+
 STREAM_EVENTS: dict[str, type[BaseModel]] = {"think": ThinkEvent, "search": SearchEvent,
-                                             "information": InformationEvent, "answer": AnswerEvent,
-                                             "done": AskResponse, "error": ErrorResponse}
-"""``/ask`` with ``stream: true``: each SSE event's name and the model of its JSON ``data``. The stream ends with
-``done`` (the whole answer, as the JSON response would be) or ``error`` (the error object a JSON response would
-carry, e.g. a timeout or an internal error)."""
+                                             "information": InformationEvent, "draft": DraftEvent,
+                                             "answer": AnswerEvent, "done": AskResponse, "error": ErrorResponse}
+"""``/ask`` with ``stream: true``: each SSE event's name and the model of its JSON ``data``. The policy's answer is a
+``draft``; ``answer`` is the final one. The stream ends with ``done`` (the whole answer, as the JSON response would
+be) or ``error`` (the error object a JSON response would carry, e.g. a timeout or an internal error)."""
 
 
 # -- /explain --------------------------------------------------------------------------------------------------------

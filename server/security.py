@@ -20,14 +20,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from routerag.config import ServerConfig
 
-from .errors import APIError
-from .protocol import ErrorDetail, ErrorResponse
+from .errors import APIError, error_body
 
 
 def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The one error shape of the API: ``{"error": {"type", "message"}}``."""
-    body = ErrorResponse(error=ErrorDetail(type=kind, message=message)).model_dump()
-    return JSONResponse(body, status_code=status, headers=headers)
+    """The one error shape of the API: ``{"error": {"type", "message", "param", "code"}}``."""
+    return JSONResponse(error_body(kind, message), status_code=status, headers=headers)
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 GENERATED = ["cli.md", "cli-serve.md", "cli-training.md", "configuration.md", "api.md", "api-models.md",
-             "openapi.json"]
+             "api-models-openai.md", "openapi.json"]
 USER_PAGES = sorted(DOCS.glob("*.md"))
 SHELL = ("", "bash", "sh", "shell", "console")
 #: ``routerag`` subcommands cheap enough to run on the sample corpus in this test (seconds each, no policy model).

@@ -16,7 +16,9 @@ from routerag.policy.extractive import (ExtractiveReader, ReaderAnswer, is_yes_n
 from routerag.policy.citations import Citation
 from routerag.prompts import REFUSAL_ANSWER
 from routerag.retrieval import RetrievedDoc
-from training.reader_data import (SpanExample, hotpot_split, locate, popqa_split, popqa_yes_no)
+from training.reader_data import (SpanExample, comparison_yes_no, corpus_question_examples, hotpot_split, locate,
+                                  popqa_pair_yes_no, popqa_paraphrases, popqa_split, popqa_yes_no,
+                                  read_question_file)
 
 from .helpers.scripted import FakeSearch, ScriptedGenerator
 
@@ -65,6 +67,65 @@ def test_splits_are_deterministic_and_disjoint() -> None:
     yes_no = popqa_yes_no(train)
     assert yes_no and all(is_yes_no(e.question) and e.yes_no is not None for e in yes_no)
     assert {e.yes_no for e in yes_no} == {True, False}
+
+
+@needs_data
+def test_popqa_is_asked_in_other_words_and_compared_in_pairs() -> None:
+    train, _ = popqa_split(POPQA)
+    para = popqa_paraphrases(train)
+    assert {e.question for e in para}.isdisjoint(r["question"] for r in train)
+    assert sum(e.answer is not None for e in para) > len(train)  # the answer is on a gold page of most
+    pairs = popqa_pair_yes_no(train)
+    assert {e.yes_no for e in pairs} == {True, False} and all(is_yes_no(e.question) for e in pairs)
+    assert all(" and " in e.question for e in pairs)
+
+
+def _derived_rows() -> list[dict]:
+    tarsk = {"title": "Tarsk", "text": "Tarsk was founded in 1203 on the river Venn."}
+    ossel = {"title": "Ossel", "text": "Ossel was founded in 1410 by fishermen."}
+    veld = {"title": "Joran Veld", "text": "Joran Veld was a painter. He was born in Tarsk."}
+    return [{"question": "Where was Joran Veld born?", "answers": ["Tarsk"], "type": "single-hop",
+             "relation": "born in", "supporting": [veld]},
+            {"question": "When was the town where Joran Veld was born founded?", "answers": ["1203"],
+             "type": "bridge", "relation": "founded in", "supporting": [veld, tarsk]},
+            {"question": "Which was founded earlier, Ossel or Tarsk?", "answers": ["Tarsk"], "type": "comparison",
+             "relation": "founded in", "supporting": [ossel, tarsk], "values": {"Ossel": "1410", "Tarsk": "1203"}},
+            {"question": "When did Ossel close?", "answers": [], "type": "unanswerable", "relation": "close in",
+             "supporting": [ossel]}]
+
+
+def test_corpus_derived_questions_become_spans_negatives_and_yes_no(tmp_path: Path) -> None:
+    rows = _derived_rows()
+    path = tmp_path / "qs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert read_question_file(path) == rows
+    examples = corpus_question_examples(rows, "qs")
+    gold = [e for e in examples if not e.source.endswith("-other")]
+    # the bridge's first hop does not hold 1203: a negative; its second hop is the span
+    assert [(e.title, e.answer) for e in gold] == [("Joran Veld", "Tarsk"), ("Joran Veld", None), ("Tarsk", "1203"),
+                                                   ("Ossel", None), ("Tarsk", "Tarsk"), ("Ossel", None)]
+    assert all(e.context[e.answer_start:].startswith(e.answer) for e in gold if e.answer)
+    assert all(e.answer is None for e in examples if e.source.endswith("-other"))
+    (yn,) = comparison_yes_no(rows, "qs")  # the first comparison: "yes", Tarsk (1203) asked before Ossel (1410)
+    assert yn.yes_no is True and yn.question in ("Was Tarsk founded before Ossel?",
+                                                 "Was Tarsk founded earlier than Ossel?")
+    assert "Ossel was founded in 1410" in yn.context and "Tarsk was founded in 1203" in yn.context
+    path.write_text("{not json\n")
+    with pytest.raises(ValueError, match="qs.jsonl:1"):
+        read_question_file(path)
+
+
+def test_a_span_never_runs_from_the_title_into_the_text() -> None:
+    import torch
+
+    from routerag.policy.extractive import best_spans
+
+    seq = [[None, 0, None, 1, 1, 1, None]]  # [CLS] q [SEP] title | text text [SEP]
+    start = torch.tensor([[0.0, 0, 0, 9, 0, 0, 0]])
+    end = torch.tensor([[0.0, 0, 0, 0, 9, 0, 0]])
+    assert best_spans(start, end, seq, 5)[0][1:] == (3, 4)
+    (_, s, e), = best_spans(start, end, seq, 5, [[0, 0, 0, 0, 1, 1, 1]])
+    assert (s, e) != (3, 4) and s <= e
 
 
 def _tiny_examples() -> list[SpanExample]:
@@ -185,3 +246,14 @@ def test_the_shipped_reader_reads_a_birthplace_and_cites_its_sentence() -> None:
     read = reader.read_sync("In what city was Joran Veld born?", docs)
     assert read.answer == "Tarsk" and read.citation == Citation("j", "Joran Veld",
                                                                 "He was born in Tarsk and worked in Ossel.")
+
+
+def test_train_reader_names_a_missing_questions_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from routerag.cli import app
+
+    missing = tmp_path / "derived.jsonl"
+    result = CliRunner().invoke(app, ["train-reader", "--questions", str(missing), "--out", str(tmp_path / "run")])
+    assert result.exit_code != 0
+    assert "--questions" in result.output and "derived.jsonl" in result.output and not (tmp_path / "run").exists()

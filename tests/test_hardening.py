@@ -66,7 +66,8 @@ def test_an_engine_value_error_is_a_500_not_the_clients_422(index: Path, retriev
 
     r = call(make_app(index, retriever, Broken()), "POST", "/ask", json={"question": Q})
     assert r.status_code == 500
-    assert r.json() == {"error": {"type": "internal_error", "message": "internal server error (ValueError)"}}
+    assert r.json() == {"error": {"type": "internal_error", "message": "internal server error (ValueError)",
+                                  "param": None, "code": None}}
 
 
 def test_retrieve_schema_and_behaviour_agree_on_blank_queries_and_unknown_fields(index: Path,
@@ -95,7 +96,8 @@ def test_the_stream_events_and_the_new_statuses_are_in_the_openapi_schema(index:
               for alt in ask["200"]["content"]["text/event-stream"]["itemSchema"]["oneOf"]}
     assert events == {"think": "#/components/schemas/ThinkEvent", "search": "#/components/schemas/SearchEvent",
                       "information": "#/components/schemas/InformationEvent",
-                      "answer": "#/components/schemas/AnswerEvent", "done": "#/components/schemas/AskResponse",
+                      "draft": "#/components/schemas/DraftEvent", "answer": "#/components/schemas/AnswerEvent",
+                      "done": "#/components/schemas/AskResponse",
                       "error": "#/components/schemas/ErrorResponse"}
     schemas = spec["components"]["schemas"]
     assert all(ref.rsplit("/", 1)[-1] in schemas for ref in events.values())
@@ -116,7 +118,7 @@ def test_the_stream_events_match_their_models(index: Path, retriever: Retriever)
     gen = ScriptedGenerator(["<think>look</think><search>[graph] Joran Veld</search>", "<answer>Tarsk</answer>"])
     r = call(make_app(index, retriever, gen), "POST", "/ask", json={"question": Q, "stream": True})
     events = parse_sse(r.text)
-    assert [e for e, _ in events] == ["think", "search", "information", "answer", "done"]
+    assert [e for e, _ in events] == ["think", "search", "information", "draft", "answer", "done"]
     for name, data in events:
         STREAM_EVENTS[name].model_validate(data)
     timeout = make_app(index, retriever, RoutingPolicy(delay_s=2.0), request_timeout_s=0.05)

@@ -114,7 +114,8 @@ def test_a_failed_export_leaves_nothing_under_the_real_name(tmp_path: Path) -> N
 
 
 def test_refresh_decodes_with_the_updated_weights(onnx_gen, tmp_path: Path) -> None:
-    """A trainer's engine (``export_dir``): after the torch weights change, ``refresh`` re-exports the router and
+    """A trainer's engine (``export_dir``): after the torch weights change, ``refresh`` writes the adapter's layers
+    into the export (no re-export: the data file is byte for byte what a fresh export of the new weights writes) and
     greedy decoding follows the new weights exactly as eager does; the base weights' engine is left as it was."""
     import copy
 
@@ -135,3 +136,52 @@ def test_refresh_decodes_with_the_updated_weights(onnx_gen, tmp_path: Path) -> N
     fast = [g.token_ids for g in gen.generate_batch(reqs)]
     assert fast == [g.token_ids for g in _eager(gen, reqs, True)]
     assert gen._engines[False] is base_engine and (tmp_path / "engine" / "router" / "genai_config.json").is_file()
+    assert gen._patcher, "the refresh re-exported instead of patching"
+    from routerag.policy.backends.onnx_backend import export_model, save_merged
+
+    fresh = export_model(save_merged(model, gen.tokenizer, tmp_path / "hf"), tmp_path / "fresh", "float32")
+    patched = (tmp_path / "engine" / "router" / "model.onnx.data").read_bytes()
+    assert patched == (fresh / "model.onnx.data").read_bytes()
+
+
+def test_one_request_at_a_time_reuses_the_kept_sequence_and_decodes_as_eager(onnx_gen) -> None:
+    """Batches of one go through the kept generator (``OneSequence``): a turn, the next turn of the same trajectory
+    (its prompt extends the first's prompt and completion), an unrelated prompt and the first again each decode
+    exactly as eager transformers does, and the second turn reads only its new tokens."""
+    (t1, ids1), (t2, ids2) = _prompts(onnx_gen, 2)
+    session = onnx_gen._engines[True].session
+    first = onnx_gen.generate_batch([GenerationRequest(t1, ids1, 30, STOP, temperature=0.0, logprobs=True)])[0]
+    info = onnx_gen.tokenizer.encode("\n\n<information>Doc 1 (Title: Idris Calloway) a poet.</information>\n\n",
+                                     add_special_tokens=False)
+    ids_next = ids1 + first.token_ids + info
+    held = list(session.tokens)
+    reqs = [GenerationRequest("", ids_next, 20, STOP, temperature=0.0, logprobs=True),
+            GenerationRequest(t2, ids2, 20, STOP, temperature=0.0, logprobs=True),
+            GenerationRequest(t1, ids1, 30, STOP, temperature=0.0, logprobs=True)]
+    outs = [first]
+    for r in reqs:
+        outs.append(onnx_gen.generate_batch([r])[0])
+        if r is reqs[0]:
+            assert ids_next[: len(held)] == held  # the second turn kept everything the first left in the cache
+    eager = _eager(onnx_gen, [GenerationRequest(t1, ids1, 30, STOP, temperature=0.0, logprobs=True)] + reqs, True)
+    for f, s in zip(outs, eager):
+        assert f.token_ids == s.token_ids and f.finish_reason == s.finish_reason
+        assert max(abs(a - b) for a, b in zip(f.logprobs, s.logprobs)) < 2e-3
+    assert session.tokens[: len(ids1)] == ids1
+    assert session.drafted > 0  # the queries copy the question: drafts from the context were checked and kept
+
+
+def test_prompt_lookup_drafts_what_followed_the_latest_earlier_ngram() -> None:
+    from routerag.policy.backends.onnx_backend import prompt_lookup
+
+    assert prompt_lookup([1, 2, 3, 4, 5, 9, 1, 2, 3], 2) == [4, 5]
+    assert prompt_lookup([1, 2, 3, 7, 2, 3, 8, 0, 2, 3], 3) == [8, 0, 2]  # the latest occurrence of the bigram
+    assert prompt_lookup([5, 6, 7], 4) == [] and prompt_lookup([4], 4) == []
+
+
+def test_int4_applies_to_the_router_and_the_base_weights_reader_stays_float32(onnx_gen) -> None:
+    from routerag.policy.backends.onnx_backend import OnnxGenerator
+
+    gen = OnnxGenerator.__new__(OnnxGenerator)
+    gen.cfg, gen.model = GeneratorConfig(engine="onnx", precision="int4"), onnx_gen.model
+    assert (gen.precision(True), gen.precision(False)) == ("int4", "float32")

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from routerag.policy import LoopConfig, PolicyLoop, parse_turn
-from routerag.prompts import BUDGET_NOTICE, INVALID_NOTICE
+from routerag.prompts import BUDGET_NOTICE, INVALID_NOTICE, REFUSAL_ANSWER
 
 from .helpers.scripted import CharTokenizer, FakeSearch, ScriptedGenerator
 
@@ -34,7 +34,7 @@ def test_mode_tags_choose_the_retrieval_mode(tags: str, mode: str) -> None:
     assert s.doc_titles == ["Joran Veld birthplace page 0", "Joran Veld birthplace page 1",
                             "Joran Veld birthplace page 2"]
     assert s.retrieval_ms == 3.0
-    assert [e["type"] for e in events] == ["think", "search", "information", "think", "answer", "done"]
+    assert [e["type"] for e in events] == ["think", "search", "information", "think", "draft", "answer", "done"]
 
 
 def test_information_is_appended_in_routerag_format() -> None:
@@ -200,3 +200,23 @@ def test_citations_are_the_retrieved_passages_that_state_the_answer() -> None:
     assert [(c.id, c.sentence) for c in got] == [("a", "He was born in Tarsk, on the Ossel."), ("c", "Tarsk is a town.")]
     assert cite(None, docs) == [] and cite("  ", docs) == [] and cite("Ossel waterway", docs) == []
     assert split_sentences("The U.S. army left. 1990 was next.") == ["The U.S. army left.", "1990 was next."]
+
+
+@pytest.mark.parametrize("peek, refused", [(" [refuse]", True), (" Tars", False)])
+def test_with_a_reader_the_answer_turn_stops_after_its_first_tokens(peek: str, refused: bool) -> None:
+    """When a reader writes the final answer, the policy's answer turn stops at ``<answer>`` and a few more tokens
+    tell a refusal (which stands) from an answer (the reader's replaces it); the peeked tokens continue the same
+    context, so the trajectory's tokens are what the policy wrote, with their log-probabilities."""
+    reader = ScriptedGenerator(["Tarsk</answer>"], tokenizer=CharTokenizer())
+    traj, gen, _, events = run(["<search>[graph] q</search>", "<think>found</think>\n<answer>", peek],
+                               cfg=LoopConfig(answer_generator=reader), tokenizer=CharTokenizer())
+    answer_turn, peek_request = gen.requests[1], gen.requests[2]
+    assert "<answer>" in answer_turn.stop and peek_request.max_tokens == 5
+    assert peek_request.prompt_ids == answer_turn.prompt_ids + [ord(c) for c in "<think>found</think>\n<answer>"]
+    assert traj.segments[-1].text == "<think>found</think>\n<answer>" + peek
+    assert traj.segments[-1].logprobs == [-0.5] * len(traj.segments[-1].token_ids)
+    assert traj.refused is refused and traj.steps[-1].thought == "found"
+    assert traj.policy_answer == ("[refuse]" if refused else None)
+    assert traj.answer == (REFUSAL_ANSWER if refused else "Tarsk")
+    assert len(reader.requests) == (0 if refused else 1)
+    assert [e for e in events if e["type"] == "answer"][0]["refused"] is refused

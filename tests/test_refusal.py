@@ -79,8 +79,10 @@ def test_a_refusal_ends_the_trajectory_and_is_traced() -> None:
     assert traj.answer == REFUSAL_ANSWER and traj.policy_answer == "[refuse]"
     assert [s.action for s in traj.steps] == ["search", "refuse"]
     assert traj.steps[1].thought == "none of these says it"
-    answer = next(e for e in events if e["type"] == "answer")
-    assert answer == {"type": "answer", "text": REFUSAL_ANSWER, "forced": False, "refused": True}
+    draft = next(e for e in events if e["type"] == "draft")
+    assert draft == {"type": "draft", "text": REFUSAL_ANSWER, "forced": False, "refused": True}
+    final = next(e for e in events if e["type"] == "answer")
+    assert final == {"type": "answer", "text": REFUSAL_ANSWER, "answered_by": "policy", "refused": True}
     assert events[-1]["finish"] == "refused"
     out = traj.summary().to_json()
     assert (out["answer"], out["finish"], out["refused"], out["citations"]) == (REFUSAL_ANSWER, "refused", True, [])
@@ -143,7 +145,8 @@ def test_ask_over_http_reports_a_refusal(index: Path, retriever) -> None:
     assert body["answer"] == REFUSAL_ANSWER and body["citations"] == []
     assert [s["action"] for s in body["trace"]] == ["search", "refuse"]
     events = dict(parse_sse(streamed.text))
-    assert events["answer"] == {"type": "answer", "text": REFUSAL_ANSWER, "forced": False, "refused": True}
+    assert events["draft"] == {"type": "draft", "text": REFUSAL_ANSWER, "forced": False, "refused": True}
+    assert events["answer"]["refused"] is True and events["answer"]["text"] == REFUSAL_ANSWER
     assert events["done"]["refused"] is True
 
 

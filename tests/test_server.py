@@ -5,6 +5,7 @@ deterministic policy."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ def call(runner: asyncio.Runner, app, method: str, url: str, **kw: Any) -> httpx
 
 def error_of(resp: httpx.Response) -> dict[str, str]:
     body = resp.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"type", "message"}, body
+    assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "param", "code"}, body
     return body["error"]
 
 
@@ -66,7 +67,7 @@ def test_ask_answers_with_the_full_trace(runner, app) -> None:
     assert r.status_code == 200, r.text
     body = r.json()
     assert set(body) == {"answer", "trace", "searches", "retrieval_ms", "generation_ms", "total_ms", "tokens", "finish",
-                         "refused", "citations"}
+                         "refused", "citations", "draft", "answered_by"}
     assert body["finish"] == "answer" and body["refused"] is False and body["searches"] == 1
     first, last = body["trace"]
     assert (first["action"], first["mode"], first["query"]) == ("search", "graph", Q)
@@ -99,18 +100,47 @@ def test_ask_streams_server_sent_events(runner, index, retriever) -> None:
     r = call(runner, app, "POST", "/ask", json={"question": Q, "stream": True})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = parse_sse(r.text)
-    assert [e for e, _ in events] == ["think", "search", "information", "think", "answer", "done"]
+    assert [e for e, _ in events] == ["think", "search", "information", "think", "draft", "answer", "done"]
     by = dict(events[:3])
     assert by["think"] == {"type": "think", "text": "look it up", "step": 0}
     assert by["search"]["mode"] == "hybrid" and by["search"]["query"] == "Joran Veld birthplace"
     docs = by["information"]["docs"]
     assert len(docs) == 3 and set(docs[0]) == {"id", "title", "text", "score"}
-    assert events[4][1] == {"type": "answer", "text": "Tarsk", "forced": False, "refused": False}
+    assert events[4][1] == {"type": "draft", "text": "Tarsk", "forced": False, "refused": False}
+    assert events[5][1] == {"type": "answer", "text": "Tarsk", "answered_by": "policy", "refused": False}
     done = events[-1][1]
     assert done["answer"] == "Tarsk" and done["finish"] == "answer" and done["searches"] == 1
+    assert (done["draft"], done["answered_by"]) == ("Tarsk", "policy")
     assert [s["action"] for s in done["trace"]] == ["search", "answer"]
     assert done["trace"][0]["doc_ids"] == [d["id"] for d in docs]
     assert done["total_ms"] >= done["retrieval_ms"] > 0
+
+
+def test_the_policys_draft_and_the_readers_final_answer_are_labelled(runner, index, retriever) -> None:
+    """One answer to show: the policy's `<answer>` is its draft, the reader's is `answer`, in the JSON, the stream
+    and the chat completion alike."""
+    def app_with_reader():
+        settings = Settings(policy={"query": "free"})
+        engine = Engine(index, settings, generator=ScriptedGenerator(["<search>[graph] Joran Veld</search>",
+                                                                      "<answer>somewhere</answer>"]),
+                        retriever=retriever, answer_generator=ScriptedGenerator(["Tarsk</answer>"]))
+        engine.warm_up()
+        return create_app(engine, settings)
+
+    body = call(runner, app_with_reader(), "POST", "/ask", json={"question": Q}).json()
+    assert (body["answer"], body["answered_by"], body["draft"]) == ("Tarsk", "reader", "somewhere")
+    assert body["trace"][-1]["answer"] == "somewhere"  # the trace's answer step is the draft
+    events = dict(parse_sse(call(runner, app_with_reader(), "POST", "/ask",
+                                 json={"question": Q, "stream": True}).text))
+    assert events["draft"]["text"] == "somewhere"
+    assert events["answer"] == {"type": "answer", "text": "Tarsk", "answered_by": "reader", "refused": False}
+    chat = call(runner, app_with_reader(), "POST", "/v1/chat/completions",
+                json={"model": "idx", "stream": True, "messages": [{"role": "user", "content": Q}]})
+    chunks = [c for line in chat.text.splitlines() if line.startswith("data: {")
+              for c in [json.loads(line[6:])] if c.get("choices")]
+    reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks)
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert "[draft answer] somewhere" in reasoning and content == "Tarsk"
 
 
 def test_streamed_timeout_ends_with_an_error_event(runner, index, retriever) -> None:
@@ -275,7 +305,8 @@ def test_internal_errors_are_json_500s(runner, index, retriever) -> None:
 
     r = runner.run(go())
     assert r.status_code == 500
-    assert error_of(r) == {"type": "internal_error", "message": "internal server error (RuntimeError)"}
+    assert error_of(r) == {"type": "internal_error", "message": "internal server error (RuntimeError)",
+                         "param": None, "code": None}
 
 
 # -- probes, docs, auth ------------------------------------------------------------------------------------------------
@@ -384,7 +415,6 @@ def test_64_concurrent_asks_are_all_answered_and_batched(runner, index, retrieve
 
 
 def test_serve_command_builds_settings_engine_and_uvicorn(runner, monkeypatch, index, retriever, tmp_path) -> None:
-    import uvicorn
     from typer.testing import CliRunner
 
     import routerag.engine
@@ -400,7 +430,7 @@ def test_serve_command_builds_settings_engine_and_uvicorn(runner, monkeypatch, i
 
     monkeypatch.setattr(routerag.engine, "Engine", engine)
     monkeypatch.setattr(routerag.runtime, "configure_threads", lambda: seen.setdefault("threads", True))
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(app=app, **kw))
+    monkeypatch.setattr("server.operations.run", lambda app, **kw: seen.update(app=app, **kw))
     cfg = tmp_path / "server.toml"
     cfg.write_text("[server]\nmax_k = 7\nport = 1234\n")
     res = CliRunner().invoke(cli, ["serve", str(index), "--host", "0.0.0.0", "--port", "9123", "--api-key", "k",
@@ -412,6 +442,7 @@ def test_serve_command_builds_settings_engine_and_uvicorn(runner, monkeypatch, i
     assert s.server.api_key.get_secret_value() == "k"
     assert (s.policy.generator.backend, s.policy.generator.model) == ("openai", "m")
     assert seen["threads"] and (seen["host"], seen["port"]) == ("0.0.0.0", 9123)
+    assert seen["access_log"] is True and seen["drain_timeout_s"] == s.server.drain_timeout_s == 30.0
     assert call(runner, seen["app"], "GET", "/ready").status_code == 401
     r = call(runner, seen["app"], "POST", "/ask", json={"question": Q, "k": 8}, headers={"Authorization": "Bearer k"})
     assert r.status_code == 422 and "less than or equal to 7" in r.text

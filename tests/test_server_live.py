@@ -137,7 +137,7 @@ def test_live_ask_stream_and_413_over_a_socket(server_url: str) -> None:
             assert r.status_code == 200
             text = "".join(r.iter_text())
         events = [e for e, _ in parse_sse(text)]
-        assert events == ["think", "search", "information", "think", "answer", "done"]
+        assert events == ["think", "search", "information", "think", "draft", "answer", "done"]
         for size in (70_000, 300_000):  # drained before the 413, so the client reads it instead of a reset
             r = c.post("/ask", content=b"{" + b" " * size + b"}", headers={"content-type": "application/json"})
             assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"

@@ -73,8 +73,10 @@ class LocalGRPOTrainer:
             raise ValueError("the model has no trainable parameters")
         self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr)
         served = settings.policy.generator
+        # rollouts sample in float32 whatever the served precision: their log-probabilities are recomputed by the torch
+        # model, and the engine's copy is refreshed by writing float32 weights into it (WeightPatch)
         gen_cfg = GeneratorConfig(model=self.cfg.model, temperature=self.cfg.temperature, max_batch=32,
-                                  engine=served.engine, precision=served.precision)
+                                  engine=served.engine, precision="float32")
         # stage 2 rewards retrieval time: with isolate_retrieval a search never runs while a generation batch holds
         # the cores, so the time rewarded is the search's own, not whatever the model was doing meanwhile
         exclusive = threading.Lock() if self.cfg.isolate_retrieval else None

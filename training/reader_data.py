@@ -17,7 +17,14 @@ Examples are (question, document, answer span or none):
   document that names the answer is a positive even when it is not a gold passage;
 * yes/no examples: HotpotQA's training yes/no questions on their gold passages, and one question made from every
   other PopQA training fact ("Was X born in Y?", "Was X a Y?"), alternately "yes" with the true object and "no" with
-  another training question's object of the same relation, on the subject's gold passage.
+  another training question's object of the same relation, on the subject's gold passage;
+* PopQA's training questions asked in other words ("Where was X born?", "What does X do for a living?") and pairs
+  of its training subjects compared the way HotpotQA does ("Are X and Y both actors?", "Were X and Y born in the
+  same city?"), yes or no, on both subjects' pages;
+* corpus-derived questions (``routerag make-questions`` files, from training corpora only): every question on each
+  of its gold passages (a passage that does not hold the answer, such as a bridge's first hop, or any passage of an
+  unanswerable question, is a negative), plus one other question's passage as a negative; each comparison question
+  is also asked as yes/no ("Was X founded before Y?") on both passages.
 """
 
 from __future__ import annotations
@@ -179,6 +186,113 @@ def popqa_yes_no(rows: Sequence[dict]) -> list[SpanExample]:
     return out
 
 
+_POPQA_FORMS = {
+    "place of birth": ["Where was {s} born?", "What is the birthplace of {s}?", "{s} was born in which city?",
+                       "In which town was {s} born?", "Which place is {s} from, by birth?"],
+    "occupation": ["What does {s} do for a living?", "What was {s}'s profession?", "What job did {s} have?",
+                   "{s} worked as what?", "What kind of work is {s} known for?"],
+}
+
+
+def popqa_paraphrases(rows: Sequence[dict]) -> list[SpanExample]:
+    """Each training question in another of its relation's forms, on its gold passages: the reader should read the
+    question, not recognise PopQA's two templates."""
+    rng = random.Random(SPLIT_SEED + 2)
+    out = []
+    for r in rows:
+        forms = _POPQA_FORMS.get(r.get("prop", ""))
+        if not forms or not r.get("subj"):
+            continue
+        q = rng.choice(forms).format(s=r["subj"])
+        out += [labelled(q, p["title"], p["text"], popqa_answers(r), "popqa-paraphrase") for p in r["paragraphs"]]
+    return out
+
+
+def _subject_page(row: dict) -> dict:
+    return next((p for p in row["paragraphs"] if p["title"] == row.get("s_wiki_title", row.get("subj"))),
+                row["paragraphs"][0])
+
+
+def popqa_pair_yes_no(rows: Sequence[dict]) -> list[SpanExample]:
+    """HotpotQA-style comparisons of two training subjects, on both subjects' pages in one context: "Are X and Y
+    both <occupation>s?" / "Were X and Y born in the same place?", half of them "yes" (same object)."""
+    rng = random.Random(SPLIT_SEED + 3)
+    by_obj: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        by_obj.setdefault((r.get("prop", ""), r.get("obj", "").lower()), []).append(r)
+    out = []
+    for n, a in enumerate(rows):
+        same = [b for b in by_obj[(a.get("prop", ""), a.get("obj", "").lower())] if b is not a]
+        other = [b for b in rows if b.get("prop") == a.get("prop") and b.get("obj", "").lower() != a["obj"].lower()]
+        truth = n % 2 == 0 and bool(same)
+        pool = same if truth else other
+        if not pool:
+            continue
+        b = rng.choice(pool)
+        if a.get("prop") == "occupation":
+            q = f"Are {a['subj']} and {b['subj']} both {a['obj'].lower()}s?" if truth or rng.random() < 0.5 else \
+                f"Did {a['subj']} and {b['subj']} have the same occupation?"
+        else:
+            q = rng.choice([f"Were {a['subj']} and {b['subj']} born in the same place?",
+                            f"Were {a['subj']} and {b['subj']} both born in {a['obj']}?"])
+        pa, pb = _subject_page(a), _subject_page(b)
+        out.append(SpanExample(q, pa["title"], f"{pa['text']}\n{pb['title']}\n{pb['text']}", yes_no=truth,
+                               source="popqa-pair-yesno"))
+    return out
+
+
+def read_question_file(path: str | Path) -> list[dict]:
+    """Rows of a ``routerag make-questions`` file (JSONL), with a located error for a bad line."""
+    rows = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not a JSON line ({exc.msg})") from None
+    return rows
+
+
+def corpus_question_examples(rows: Sequence[dict], source: str) -> list[SpanExample]:
+    """Each question on each gold passage (labelled by where the answer is) and on one other question's passage."""
+    rng = random.Random(SPLIT_SEED + 4)
+    passages = [p for r in rows for p in r.get("supporting", [])]
+    out = []
+    for r in rows:
+        answers = [a for a in r.get("answers", []) if a]
+        for p in r.get("supporting", []):
+            out.append(labelled(r["question"], p["title"], p["text"], answers, f"{source}-{r.get('type', '')}"))
+        if passages and rng.random() < 0.5:  # half the questions: negatives already outnumber answers
+            p = rng.choice(passages)
+            if p not in r.get("supporting", []):
+                ex = labelled(r["question"], p["title"], p["text"], answers, f"{source}-other")
+                if ex.answer is None:
+                    out.append(ex)
+    return out
+
+
+def comparison_yes_no(rows: Sequence[dict], source: str) -> list[SpanExample]:
+    """Corpus-derived comparison questions ("Which was founded earlier, X or Y?") asked as yes/no ("Was X founded
+    before Y?"), on both gold passages in one context; the order alternates so half are "yes"."""
+    from .questions import _passive, split_relation
+
+    rng = random.Random(SPLIT_SEED + 5)
+    out = []
+    for n, r in enumerate(x for x in rows if x.get("type") == "comparison" and len(x.get("values", {})) == 2):
+        (a, ya), (b, yb) = list(r["values"].items())
+        if int(ya) == int(yb) or len(r.get("supporting", [])) < 2:
+            continue
+        if (int(ya) < int(yb)) != (n % 2 == 0):
+            a, b = b, a  # n even: "yes"
+        verb, _ = split_relation(r.get("relation", ""))
+        q = rng.choice([f"Was {a} {verb} before {b}?", f"Was {a} {verb} earlier than {b}?"] if _passive(verb) else
+                       [f"Did {a} {verb} before {b}?", f"Did {a} {verb} earlier than {b}?"])
+        (p1, p2) = r["supporting"][:2]
+        out.append(SpanExample(q, p1["title"], f"{p1['text']}\n{p2['title']}\n{p2['text']}", yes_no=n % 2 == 0,
+                               source=f"{source}-yesno"))
+    return out
+
+
 def retrieved_documents(index: str | Path, questions: Sequence[str], k: int = 3) -> dict[str, list[tuple[str, str]]]:
     """Each question's documents from one graph and one passage search of the question itself."""
     from routerag.retrieval import Retriever
@@ -193,13 +307,19 @@ def retrieved_documents(index: str | Path, questions: Sequence[str], k: int = 3)
     return out
 
 
-def build_examples(popqa: Path | None, hotpot: Path | None, index: Path | None = None) -> list[SpanExample]:
-    """Every training example from the training halves of the given sets."""
+def build_examples(popqa: Path | None, hotpot: Path | None, index: Path | None = None,
+                   questions: Sequence[Path] = ()) -> list[SpanExample]:
+    """Every training example from the training halves of the given sets and the given question files (which must
+    come from training corpora: the caller keeps held-out corpora out)."""
     examples: list[SpanExample] = []
     if popqa is not None:
         train, _ = popqa_split(popqa)
         retrieved = retrieved_documents(index, [r["question"] for r in train]) if index is not None else None
         examples += popqa_examples(train, retrieved) + popqa_negatives(train) + popqa_yes_no(train)
+        examples += popqa_paraphrases(train) + popqa_pair_yes_no(train)
+    for path in questions:
+        rows = read_question_file(path)
+        examples += corpus_question_examples(rows, Path(path).stem) + comparison_yes_no(rows, Path(path).stem)
     if hotpot is not None:
         train, _ = hotpot_split(hotpot)
         examples += hotpot_examples(train)

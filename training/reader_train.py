@@ -41,6 +41,8 @@ class ReaderTrainConfig:
     save_every: int = 25
     seed: int = 0
     abstain_below: float = 0.01
+    max_steps: int | None = None
+    """Stop (and schedule the learning rate to end) here, before the epochs are done: a run bounded in time."""
 
 
 @dataclass(slots=True)
@@ -177,7 +179,7 @@ def train_reader(examples: Sequence[SpanExample], out: Path, cfg: ReaderTrainCon
     groups[0]["lr"], groups[1]["lr"] = cfg.lr, cfg.head_lr
     optimizer = torch.optim.AdamW(groups, weight_decay=0.01)
     per_epoch = (len(windows) + cfg.batch_size - 1) // cfg.batch_size
-    total = per_epoch * cfg.epochs
+    total = per_epoch * cfg.epochs if cfg.max_steps is None else min(per_epoch * cfg.epochs, cfg.max_steps)
     scheduler = get_linear_schedule_with_warmup(optimizer, max(1, total // 10), total)
     step = resume(out, model, optimizer, scheduler)
     if export_only and step == 0:
@@ -211,6 +213,7 @@ def train_reader(examples: Sequence[SpanExample], out: Path, cfg: ReaderTrainCon
     card.trained.update({"by": "routerag train-reader", "windows": len(windows), "examples": len(examples),
                          "data": data_summary(examples), "epochs": cfg.epochs, "steps": step,
                          "scheduled_steps": total,
+                         "trained_layers": list(cfg.trained_layers),
                          "batch_size": cfg.batch_size, "lr": cfg.lr, "head_lr": cfg.head_lr, **(provenance or {})})
     final = out / "reader"
     tmp = out / ".reader.tmp"

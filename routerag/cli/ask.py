@@ -47,7 +47,7 @@ def ask_cmd(
                                     ensure_ascii=False, indent=2) + "\n")
         return
     t = Table(title=question, title_justify="left")
-    for col in ("#", "action", "mode", "query / answer", "docs", "retrieval ms", "generation ms"):
+    for col in ("#", "action", "mode", "query / draft answer", "docs", "retrieval ms", "generation ms"):
         t.add_column(col)
     for s in traj.steps:
         t.add_row(str(s.index), s.action, s.mode or "", s.query or s.answer or "", ", ".join(s.doc_titles),
@@ -56,8 +56,9 @@ def ask_cmd(
     if traj.refused:  # the policy said the documents do not answer: no answer, no citations
         console.print(f"[bold yellow]refused:[/] {traj.answer}   ({traj.searches} searches)", highlight=False)
         return
+    # the final answer, labelled with its writer: the table's draft is the policy's, which a reader may replace
     console.print(f"[bold]answer:[/] {traj.answer if traj.answer is not None else '(none)'}"
-                  f"   ({traj.searches} searches, {traj.finish})")
+                  f"   ({traj.searches} searches, {traj.finish}, by the {traj.answered_by})")
     cited = traj.summary().citations()
     for n, c in enumerate(cited, 1):
         console.print(f"  [{n}] {c.title}: {c.sentence}", highlight=False)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar
+from typing import Annotated, Any, Literal, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -63,19 +63,46 @@ def silence_library_warnings() -> None:
         warnings.filterwarnings("ignore", category=category)
 
 
+ACCESS_LOGGER = "uvicorn.access"
+"""uvicorn's access lines: ``args`` are (client, method, path, HTTP version, status)."""
+LogFormat = Literal["text", "json"]
+
+
 class _StatusOrWarning(logging.Filter):
-    """Without ``-v``: warnings and the one-time-work lines (records logged with ``extra={"status": True}``: an ONNX
-    export, a model conversion, a model load), so a command is not silent while it spends seconds on them."""
+    """Without ``-v``: warnings, the one-time-work lines (records logged with ``extra={"status": True}``: an ONNX
+    export, a model conversion, a model load), so a command is not silent while it spends seconds on them, and the
+    server's access lines."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         from graph_index.status import STATUS_ATTR
 
-        return record.levelno >= logging.WARNING or bool(getattr(record, STATUS_ATTR, False))
+        return (record.levelno >= logging.WARNING or bool(getattr(record, STATUS_ATTR, False))
+                or record.name == ACCESS_LOGGER)
 
 
-def setup_logging(verbose: bool) -> None:
+def _json_formatter() -> logging.Formatter:
+    """One JSON object per line (python-json-logger), an access line's parts as fields of their own."""
+    from pythonjsonlogger.json import JsonFormatter
+
+    class Formatter(JsonFormatter):
+        def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message: dict[str, Any]) -> None:
+            super().add_fields(log_data, record, message)
+            if record.name == ACCESS_LOGGER and isinstance(record.args, tuple) and len(record.args) == 5:
+                client, method, path, version, status = record.args
+                log_data.update(client=client, method=method, path=path, http_version=version, status=status)
+
+    return Formatter("{asctime}{levelname}{name}{message}", style="{", rename_fields={"asctime": "time",
+                                                                                     "levelname": "level",
+                                                                                     "name": "logger"})
+
+
+def setup_logging(verbose: bool, log_format: LogFormat = "text") -> None:
+    """Every record on stderr, one format: Rich on a terminal, plain lines on a pipe, or JSON lines."""
     handler: logging.Handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
-    if not err_console.is_terminal:  # a pipe or a log file: plain lines (Rich would pad each to the full width)
+    if log_format == "json":
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_json_formatter())
+    elif not err_console.is_terminal:  # a pipe or a log file: plain lines (Rich would pad each to the full width)
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     if not verbose:

@@ -41,6 +41,8 @@ API_EXAMPLES: dict[str, str] = {
   -H 'Content-Type: application/json' -d '{"question": "Who wrote the libretto of The Glass Lighthouse?"}'""",
     "POST /retrieve": """curl -s http://127.0.0.1:8000/retrieve -H "Authorization: Bearer $KEY" \\
   -H 'Content-Type: application/json' -d '{"queries": ["Glass Lighthouse premiere"], "mode": "hybrid", "topk": 3}'""",
+    "GET /documents": "curl -s 'http://127.0.0.1:8000/documents?index=sample&q=lighthouse&limit=5' \\\n"
+                      '  -H "Authorization: Bearer $KEY"',
     "POST /documents": """curl -s 'http://127.0.0.1:8000/documents?index=sample' -H "Authorization: Bearer $KEY" \\
   -H 'Content-Type: application/x-ndjson' --data-binary @samples/more.jsonl""",
     "POST /v1/chat/completions": """curl -s http://127.0.0.1:8000/v1/chat/completions -H "Authorization: Bearer $KEY" \\

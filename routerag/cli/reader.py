@@ -27,9 +27,15 @@ def train_reader_cmd(
     index: Annotated[Optional[Path], typer.Option(
         help="An index over PopQA's corpus: each training question's retrieved documents become examples too "
              "(recommended: they are what the reader meets when serving).")] = None,
+    questions: Annotated[Optional[list[Path]], typer.Option(
+        "--questions", help="A `routerag make-questions` file from a TRAINING corpus (repeatable): its questions "
+                            "on their gold passages, and its comparisons asked as yes/no.")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder: checkpoints, metrics.jsonl, reader/.")]
         = Path("runs/reader"),
     epochs: Annotated[int, typer.Option(min=1)] = 1,
+    max_steps: Annotated[Optional[int], typer.Option(min=1, help="Stop after this many steps (the learning rate "
+                                                                 "schedule ends there): a run bounded in time.")]
+        = None,
     batch_size: Annotated[int, typer.Option(min=1)] = 16,
     lr: Annotated[float, typer.Option(help="Learning rate of the trained encoder layers.")] = 2e-4,
     head_lr: Annotated[float, typer.Option(help="Learning rate of the span and yes/no heads.")] = 2e-3,
@@ -52,21 +58,23 @@ def train_reader_cmd(
     from training.reader_train import ReaderTrainConfig, train_reader
 
     torch.set_num_threads(threads)
-    for name, path in (("--popqa", popqa), ("--hotpot", hotpot), ("--index", index)):
+    for name, path in (("--popqa", popqa), ("--hotpot", hotpot), ("--index", index),
+                       *(("--questions", q) for q in questions or [])):
         if path is not None and not path.exists():
             raise FileNotFoundError(f"{name} {path}: no such file or folder")
-    if popqa is None and hotpot is None:
-        raise ValueError("give --popqa or --hotpot (or both): there is nothing to train on")
+    if popqa is None and hotpot is None and not questions:
+        raise ValueError("give --popqa, --hotpot or --questions: there is nothing to train on")
     trained = tuple(int(x) for x in layers.split(",") if x.strip())
     if not trained or any(not 0 <= x <= 5 for x in trained):
         raise ValueError(f"--layers {layers!r}: give MiniLM layers between 0 and 5, e.g. 3,4,5")
-    examples = build_examples(popqa, hotpot, index)
+    examples = build_examples(popqa, hotpot, index, questions or [])
     console.print(f"{len(examples)} examples: {data_summary(examples)}")
     cfg = ReaderTrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, head_lr=head_lr, trained_layers=trained,
-                            max_length=max_length, save_every=save_every)
+                            max_length=max_length, save_every=save_every, max_steps=max_steps)
     provenance = {"popqa": "first 300 of popqa_dev.json after random.Random(0).shuffle" if popqa else None,
                   "hotpot": "first half of each type of hotpotqa_100.json after random.Random(0).shuffle"
-                  if hotpot else None, "retrieved_from": str(index) if index else None}
+                  if hotpot else None, "retrieved_from": str(index) if index else None,
+                  "questions": [q.name for q in questions or []]}
 
     def show(row: dict) -> None:
         if row["step"] % 5 == 0 or row["step"] == row["total"]:

@@ -4,13 +4,16 @@ are loaded once and shared by all requests, which the backends micro-batch. Seve
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from .common import (AdapterOpt, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
-                     UsageError, policy_overrides, err_console, handle_errors, load_engine, setup_logging)
+from graph_index.status import STATUS
+
+from .common import (AdapterOpt, LogFormat, ApiOpt, BackendOpt, BaseUrlOpt, ConfigOpt, PolicyOpt, TemperatureOpt,
+                     UsageError, policy_overrides, handle_errors, load_engine, setup_logging)
 
 
 def register(app: typer.Typer) -> None:
@@ -57,16 +60,20 @@ def serve_cmd(
              "degrades the answer, and /retrieve says which answered.")] = None,
     shards_name: Annotated[str, typer.Option(help="The name the sharded index is served under.")] = "shards",
     config: ConfigOpt = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request.")] = False,
+    log_format: Annotated[LogFormat, typer.Option(
+        "--log-format",
+        help="text: readable lines (Rich on a terminal); json: one JSON object per line (time, level, logger, "
+             "message; an access line also client, method, path, status), for a log collector.")] = "text",
+    access_log: Annotated[bool, typer.Option(help="Log one line per request, on stderr with the other logs.")] = True,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log the libraries' info lines too.")] = False,
 ) -> None:
     """Serve indexes over HTTP: the routing policy at POST /ask (JSON or Server-Sent Events) and at the
     OpenAI-compatible POST /v1/chat/completions (model = index name), plain retrieval at POST /retrieve (Search-R1's
     protocol plus a mode), and documents added and deleted while serving (POST /documents, DELETE
     /documents/{id}, GET /jobs/{id})."""
-    setup_logging(verbose)
-    import uvicorn
-
+    setup_logging(verbose, log_format)
     from server.app import create_app
+    from server.operations import run
 
     from ..engine import Engine
 
@@ -91,8 +98,9 @@ def serve_cmd(
     app = create_app(engines, settings, components=components)
     srv = settings.server
     keyed = any(k and k.get_secret_value() for k in (srv.api_key, srv.admin_key)) or bool(srv.index_keys)
-    err_console.print(f"serving {', '.join(f'{n} ({p or shards})' for n, p in named.items())} on http://{srv.host}:{srv.port} "
-                      f"(policy {engine.generator.name}, auth {'on' if keyed else 'off'}; docs at /docs)",
-                      highlight=False)
-    uvicorn.run(app, host=srv.host, port=srv.port, log_level="info" if verbose else "warning",
-                access_log=verbose, timeout_graceful_shutdown=5)
+    base = f"http://{srv.host}:{srv.port}"
+    logging.getLogger("routerag.serve").info(
+        "serving %s on %s (policy %s, auth %s): the page at %s/ui, the API docs at %s/docs",
+        ", ".join(f"{n} ({p or shards})" for n, p in named.items()), base, engine.generator.name,
+        "on" if keyed else "off", base, base, extra=STATUS)
+    run(app, host=srv.host, port=srv.port, drain_timeout_s=srv.drain_timeout_s, access_log=access_log)

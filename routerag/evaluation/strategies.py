@@ -141,7 +141,7 @@ async def read_plan(engine: Engine, question: str, results: list[RetrievalResult
     return Summary(REFUSAL_ANSWER if read.abstained else read.answer, "refused" if read.abstained else "answer",
                    searches=searches, documents=[d for r in results for d in r.docs],
                    generation_ms=round(reader_ms, 3), prompt_tokens=gen.prompt_tokens,
-                   completion_tokens=gen.completion_tokens, citation=read.citation)
+                   completion_tokens=gen.completion_tokens, citation=read.citation, answered_by="reader")
 
 
 async def fixed_searches(engine: Engine, question: str, steps: Sequence[PlanStep],

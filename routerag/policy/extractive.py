@@ -28,7 +28,6 @@ import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -193,8 +192,10 @@ def doc_context(doc: RetrievedDoc) -> tuple[str, int]:
 
 
 def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int | None]],
-               max_answer_tokens: int) -> list[tuple[float, int, int]]:
-    """Per window, the best (log-probability, start token, end token) span of the context (−inf, 0, 0 if none)."""
+               max_answer_tokens: int, segments: list[list[int]] | None = None) -> list[tuple[float, int, int]]:
+    """Per window, the best (log-probability, start token, end token) span of the context (−inf, 0, 0 if none).
+    ``segments`` (per window, per token) keeps a span within one segment: a title and its text are two, so an
+    answer never runs from the title into the text ("Kimber Manufacturing Kimber Manufacturing")."""
     import torch
 
     out = []
@@ -209,6 +210,9 @@ def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int |
         idx = torch.arange(n)
         valid = (idx[None, :] >= idx[:, None]) & (idx[None, :] - idx[:, None] < max_answer_tokens)
         valid &= ctx[:, None] & ctx[None, :]
+        if segments is not None:
+            seg = torch.tensor(segments[w])
+            valid &= seg[:, None] == seg[None, :]
         pair = pair.masked_fill(~valid, float("-inf"))
         flat = int(torch.argmax(pair))
         s, e = divmod(flat, n)
@@ -249,7 +253,9 @@ class ExtractiveReader:
         if is_yes_no(question):
             return self._yes_no(yes, owners, docs)
         seq_ids = [enc.sequence_ids(w) for w in range(len(owners))]
-        spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens)
+        in_body = [[int(a >= contexts[owners[w]][1]) for a, _ in enc["offset_mapping"][w].tolist()]
+                   for w in range(len(owners))]
+        spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body)
         w = max(range(len(spans)), key=lambda i: spans[i][0])
         logp, s, e = spans[w]
         if logp == float("-inf"):
@@ -289,7 +295,6 @@ def sentence_at(text: str, char: int) -> str:
     return " ".join(text[start:].split())
 
 
-@lru_cache(maxsize=4)
 @functools.lru_cache(maxsize=4)
 def load_reader(folder: str | None = None, abstain_below: float | None = None) -> ExtractiveReader:
     """One reader per folder and threshold in a process (the server, evaluation and ``ask`` share it)."""

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 Event = dict[str, Any]
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
 _ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
+ANSWER_OPEN = "<answer>"
+ANSWER_PEEK_TOKENS = 5
+"""Tokens decoded after ``<answer>`` when a reader will write the answer: ``" [refuse]"`` is four."""
 EventSink = Callable[[Event], Awaitable[None] | None]
 
 
@@ -197,17 +200,18 @@ class PolicyLoop:
         if turn is None:
             return State.ANSWER
         text, gen, step = turn
-        action = parse_turn(text)
+        drafted = gen.finish_reason != "peek" or "</answer>" in text.lower()
+        action = parse_turn(text if drafted else text + "</answer>")  # a peeked answer is closed to be read
         step.thought = action.thought
         if action.thought:
             await _emit(run.on_event, {"type": "think", "text": action.thought, "step": step.index})
         if action.kind in ("answer", "refuse"):
             refused = action.kind == "refuse"
-            step.action, step.answer = action.kind, action.content
+            step.action, step.answer = action.kind, action.content if drafted or refused else None
             run.traj.steps.append(step)
-            run.traj.policy_answer = action.content
+            run.traj.policy_answer = step.answer
             run.traj.finish = "refused" if refused else "answer"
-            await _emit(run.on_event, {"type": "answer", "text": REFUSAL_ANSWER if refused else action.content,
+            await _emit(run.on_event, {"type": "draft", "text": REFUSAL_ANSWER if refused else step.answer,
                                        "forced": False, "refused": refused})
             return State.ANSWER
         if action.kind == "invalid":
@@ -277,7 +281,7 @@ class PolicyLoop:
             run.traj.finish = "forced_answer"
         else:
             run.traj.finish = "no_answer"
-        await _emit(run.on_event, {"type": "answer", "text": step.answer, "forced": True, "refused": False})
+        await _emit(run.on_event, {"type": "draft", "text": step.answer, "forced": True, "refused": False})
         return State.ANSWER
 
     async def _answer(self, run: _Run) -> State:
@@ -293,12 +297,16 @@ class PolicyLoop:
             docs = self.read_documents(traj.retrieved, run.cfg, cut=reader.extractive is None)
             read = await reader.read_answer(traj.question, docs)
             traj.answer_generation_ms = round((time.perf_counter() - t0) * 1000, 3)
+            traj.answered_by = "reader"
             if read.abstained:  # a refusal, as the harness counts it; the policy's answer is not used
                 traj.answer, traj.finish = REFUSAL_ANSWER, "refused"
             else:
                 traj.answer, traj.citation = read.answer, read.citation
         elif traj.answer:
             traj.answer = reader.shorten(traj.question, traj.answer, self.read_documents(traj.retrieved, run.cfg))
+        # the one answer a caller gets, labelled: the policy's draft (its `draft` event) may differ from it
+        await _emit(run.on_event, {"type": "answer", "text": traj.answer, "answered_by": traj.answered_by,
+                                   "refused": traj.refused})
         await _emit(run.on_event, {"type": "done", "answer": traj.answer, "searches": traj.searches,
                                    "finish": traj.finish})
         return State.DONE
@@ -314,10 +322,13 @@ class PolicyLoop:
             run.traj.finish = "no_answer"
             return None
         t0 = time.perf_counter()
+        cut = not forced and cfg.reader.reads and run.ids is not None
         gen = await self.generator.generate(GenerationRequest(
             prompt_text=run.text, prompt_ids=run.ids, max_tokens=min(cfg.max_turn_tokens, remaining),
-            stop=("</answer>",) if forced else STOP_STRINGS, temperature=cfg.temperature,
-            user_message=run.message, response_text=run.text[run.prompt_chars:]))
+            stop=("</answer>",) if forced else STOP_STRINGS + ((ANSWER_OPEN,) if cut else ()),
+            temperature=cfg.temperature, user_message=run.message, response_text=run.text[run.prompt_chars:]))
+        if cut and gen.token_ids is not None and gen.text.endswith(ANSWER_OPEN):
+            gen = await self._peek_answer(run, gen, min(cfg.max_turn_tokens, remaining) - len(gen.token_ids))
         gen_ms = (time.perf_counter() - t0) * 1000
         text = gen.text
         if gen.token_ids is None and gen.finish_reason == "stop":
@@ -330,6 +341,22 @@ class PolicyLoop:
         run.response_tokens += completion
         return text, gen, Step(len(run.traj.steps), "invalid", generation_ms=round(gen_ms, 3),
                                prompt_tokens=gen.prompt_tokens, completion_tokens=completion)
+
+    async def _peek_answer(self, run: _Run, gen: Generation, room: int) -> Generation:
+        """The first tokens of an answer the reader will replace: enough to tell a refusal (which stands) from an
+        answer (whose draft nobody reads). Why: the draft is a whole turn of decoding, most of the policy's time per
+        question once a fast reader answers."""
+        assert run.ids is not None and gen.token_ids is not None
+        if room <= 0:
+            return gen
+        peek = await self.generator.generate(GenerationRequest(
+            prompt_text=run.text + gen.text, prompt_ids=run.ids + list(gen.token_ids),
+            max_tokens=min(ANSWER_PEEK_TOKENS, room), stop=("</answer>", "]"), temperature=run.cfg.temperature,
+            user_message=run.message, response_text=run.text[run.prompt_chars:] + gen.text))
+        logprobs = (list(gen.logprobs) + list(peek.logprobs)) if gen.logprobs and peek.logprobs else None
+        return Generation(gen.text + peek.text, list(gen.token_ids) + list(peek.token_ids or []), logprobs,
+                          "peek", gen.prompt_tokens,
+                          (gen.completion_tokens or len(gen.token_ids)) + (peek.completion_tokens or 0))
 
     def _ground(self, run: _Run, step: Step, text: str, action: Action) -> Action:
         """Keep the query if it is grounded, else search the closest allowed one and write that into the turn, so the

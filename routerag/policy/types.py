@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from graph_index.llm_clients import UpstreamError as UpstreamError  # defined with the client factory; re-exported here
 from ..retrieval import RetrievalResult, RetrievedDoc
-from ..vocabulary import Finish, Mode, SegmentKind, StepAction
+from ..vocabulary import AnsweredBy, Finish, Mode, SegmentKind, StepAction
 
 if TYPE_CHECKING:
     from .citations import Citation
@@ -47,7 +47,8 @@ class Generation:
     finish_reason: str = "stop"
     """``stop`` (one of the request's stop strings fired), ``eos`` (end of sequence) or ``length`` (max tokens).
     Backends that cannot tell a stop string from the end of sequence report ``stop`` only when the text leaves a
-    ``<search>`` or ``<answer>`` tag open, which is what a cut-off stop string looks like."""
+    ``<search>`` or ``<answer>`` tag open, which is what a cut-off stop string looks like. The loop marks ``peek``
+    an answer turn it stopped after its first tokens (a reader writes the answer)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -123,8 +124,10 @@ class Trajectory:
     """The final answer (from the answer generator when one is configured; for a refusal,
     :data:`~routerag.prompts.REFUSAL_ANSWER`)."""
     policy_answer: str | None = None
-    """What the policy itself wrote in ``<answer>`` (differs from ``answer`` only with an answer generator, or for a
-    refusal)."""
+    """The policy's draft: what it wrote in ``<answer>`` (differs from ``answer`` only with a reader, a shortened
+    answer, or a refusal)."""
+    answered_by: AnsweredBy = "policy"
+    """Who wrote ``answer``: the reader (extractive or generator) or the policy itself (its draft, maybe shortened)."""
     steps: list[Step] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     finish: Finish = "no_answer"
@@ -215,6 +218,10 @@ class Summary:
     """The policy's steps (:meth:`Step.to_json`); empty when no policy ran."""
     citation: Citation | None = None
     """The document and sentence the extractive reader read the answer in; None: cite by string match."""
+    draft: str | None = None
+    """The policy's own answer (its ``<answer>``), which a reader may have replaced; None when no policy answered."""
+    answered_by: AnsweredBy = "policy"
+    """Who wrote ``answer``: ``reader`` or ``policy``."""
 
     @classmethod
     def from_trajectory(cls, traj: Trajectory) -> Summary:
@@ -223,7 +230,7 @@ class Summary:
         return cls(answer=traj.answer, finish=traj.finish, format_ok=traj.format_ok, searches=searches,
                    documents=[d for res in traj.retrieved for d in res.docs], generation_ms=traj.generation_ms,
                    prompt_tokens=traj.prompt_tokens, completion_tokens=traj.completion_tokens, trace=traj.trace(),
-                   citation=traj.citation)
+                   citation=traj.citation, draft=traj.policy_answer, answered_by=traj.answered_by)
 
     @property
     def retrieval_ms(self) -> float:
@@ -237,7 +244,8 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         """The answer with its cost and trace, as ``/ask`` answers it (less the request's total time) and
         ``routerag ask --json`` prints it."""
-        return {"answer": self.answer, "finish": self.finish, "refused": self.refused, "searches": len(self.searches),
+        return {"answer": self.answer, "answered_by": self.answered_by, "draft": self.draft,
+                "finish": self.finish, "refused": self.refused, "searches": len(self.searches),
                 "retrieval_ms": self.retrieval_ms, "generation_ms": self.generation_ms,
                 "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens},
                 "citations": [{"id": c.id, "title": c.title, "sentence": c.sentence} for c in self.citations()],

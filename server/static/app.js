@@ -1,4 +1,5 @@
-// RouteRAG "see why": ask with a streamed trace, search every mode side by side, draw the evidence subgraph.
+// RouteRAG "see why": ask with a streamed trace, search every mode side by side, draw the evidence subgraph, and
+// list, add and delete an index's documents (with their jobs' progress).
 // Plain JavaScript, no dependencies. Every API call sends the key typed on the page (kept in sessionStorage only),
 // and the page builds its DOM with textContent, never with HTML from the server.
 "use strict";
@@ -79,6 +80,20 @@ async function call(method, path, body) {
   return resp;
 }
 
+function indexQuery(params = {}) {
+  const index = $("index").value;
+  const query = new URLSearchParams(index ? { ...params, index } : params);
+  return query.toString() ? `?${query}` : "";
+}
+
+async function callRaw(method, path, body) {  // multipart uploads: the browser sets the Content-Type
+  const h = headers();
+  delete h["Content-Type"];
+  const resp = await fetch(path, { method, headers: h, body });
+  if (!resp.ok) throw await failure(resp);
+  return resp;
+}
+
 async function post(path, body) {
   return (await call("POST", path, withIndex(body))).json();
 }
@@ -138,6 +153,11 @@ function traceItem(kind, ...children) {
   return item;
 }
 
+function passageText(text) {  // collapsed to its first words; a click shows the whole passage
+  const short = text.length > 90 ? `${text.slice(0, 90)}…` : text;
+  return el("details", { class: "passage-text" }, el("summary", {}, short), el("p", {}, text));
+}
+
 function docItem(doc, query, mode, k) {
   const item = el("li", { class: "doc", "data-id": doc.id },
     el("span", { class: "doc-title" }, doc.title), " ", el("span", { class: "score" }, fmt(doc.score, 4)));
@@ -146,7 +166,18 @@ function docItem(doc, query, mode, k) {
     why.addEventListener("click", () => openExplain(query, mode, k, doc.id));
     item.append(" ", why);
   }
+  item.append(passageText(doc.text));
   return item;
+}
+
+function showCited(id) {  // a citation's passage in the trace: opened, marked and scrolled to
+  const docs = [...document.querySelectorAll("#trace .doc")].filter((d) => d.dataset.id === id);
+  for (const d of document.querySelectorAll("#trace .doc.cited")) d.classList.remove("cited");
+  for (const d of docs) {
+    d.classList.add("cited");
+    d.querySelector("details").open = true;
+  }
+  if (docs.length) docs[0].scrollIntoView({ behavior: "smooth", block: "center" });
 }
 
 async function ask(question, mode) {
@@ -168,8 +199,11 @@ async function ask(question, mode) {
         const query = search ? search.query : question;
         const docs = el("ol", { class: "docs" }, ...data.docs.map((d) => docItem(d, query, data.mode, data.docs.length)));
         traceItem("information", `${data.docs.length} documents (${data.mode}, ${fmt(data.retrieval_ms, 1)} ms)`, docs);
+      } else if (name === "draft") {  // the policy's own answer: labelled, as the final one may differ
+        traceItem("draft", data.text ?? "(not written: the reader answers)", el("span", { class: "meta" }, " the policy's draft"
+          + (data.forced ? ", forced" : "") + (data.refused ? ", a refusal" : "")));
       } else if (name === "answer") {
-        traceItem("answer", data.text ?? "(none)", data.forced ? " (forced)" : "", data.refused ? " (refused)" : "");
+        traceItem("final", data.text ?? "(none)", el("span", { class: "meta" }, ` the final answer, by the ${data.answered_by}`));
       } else if (name === "done") {
         showAnswer(data);
         status("");
@@ -186,11 +220,18 @@ async function ask(question, mode) {
 
 function showAnswer(done) {
   $("answer-text").textContent = done.answer ?? "(no answer)";
+  $("answer-by").textContent = `by the ${done.answered_by}`;
+  const differs = done.draft != null && done.draft !== done.answer;
+  $("answer-draft").hidden = !differs;
+  $("answer-draft-text").textContent = differs ? done.draft : "";
   $("answer-meta").textContent = `${done.finish} · ${done.searches} search(es) · retrieval ${fmt(done.retrieval_ms, 1)} ms`
     + ` · generation ${fmt(done.generation_ms, 1)} ms · total ${fmt(done.total_ms, 1)} ms`;
   const list = $("citations");
-  list.replaceChildren(...done.citations.map((c) =>
-    el("li", { class: "citation", "data-id": c.id }, el("span", { class: "doc-title" }, c.title), ": ", c.sentence)));
+  list.replaceChildren(...done.citations.map((c) => {
+    const link = el("a", { href: "#", class: "cite-link doc-title", title: "show the passage in the trace" }, c.title);
+    link.addEventListener("click", (event) => { event.preventDefault(); showCited(c.id); });
+    return el("li", { class: "citation", "data-id": c.id }, link, ": ", c.sentence);
+  }));
   if (!done.citations.length) list.append(el("li", { class: "meta" }, "no retrieved passage states the answer"));
   $("answer").hidden = false;
 }
@@ -206,9 +247,7 @@ async function searchAll(query, k) {
       const mode = column.dataset.mode;
       const body = await post("/retrieve", { queries: [query], topk: k, mode, return_scores: true });
       column.querySelector("ol").replaceChildren(...body.result[0].map(({ document: d, score }) => {
-        const item = docItem({ ...d, score }, query, mode, k);
-        item.append(el("div", { class: "snippet" }, d.text.length > 140 ? `${d.text.slice(0, 140)}…` : d.text));
-        return item;
+        return docItem({ ...d, score }, query, mode, k);
       }));
     }));
     status("");
@@ -233,6 +272,7 @@ async function openExplain(query, mode, k, focusId) {
 
 function drawExplanation(found, focusId) {
   $("explain-panel").hidden = false;
+  $("explain-panel").dataset.open = "yes";
   $("explain-title").textContent = `${found.mode} search for “${found.query}” (${found.index})`;
   const byId = new Map(found.nodes.map((n) => [n.id, n]));
   const focusNode = found.paths.find((p) => found.docs[p.rank - 1] && found.docs[p.rank - 1].id === focusId);
@@ -312,6 +352,7 @@ function drawGraph(found, byId, focus) {
   svg.append(edges, labels);
 
   const nodes = svgEl("g", { class: "nodes" });
+  svg.append(nodes);  // in the document first: a label is measured as it is placed
   for (const n of found.nodes) {
     const [x, y] = at(n);
     const r = size(n);
@@ -336,8 +377,25 @@ function drawGraph(found, byId, focus) {
       + (n.seed_weight > 0 ? ` · seed weight ${fmt(n.seed_weight)} (${n.seed_from.join(", ")})` : "");
     g.append(tip);
     nodes.append(g);
+    for (const text of g.querySelectorAll("text")) {  // past the right edge: the label goes left of its vertex
+      if (x + r + 4 + text.getComputedTextLength() > W - 2) {
+        text.setAttribute("x", x - r - 4);
+        text.setAttribute("text-anchor", "end");
+      }
+    }
   }
-  svg.append(nodes);
+  keepInside(svg, W, H);
+}
+
+function keepInside(svg, W, H) {
+  // every label whole inside the drawing (edge labels and long vertex labels can still cross an edge)
+  for (const text of svg.querySelectorAll("text")) {
+    const box = text.getBBox();
+    const dx = box.x < 2 ? 2 - box.x : Math.min(0, W - 2 - (box.x + box.width));
+    const dy = box.y < 2 ? 2 - box.y : Math.min(0, H - 2 - (box.y + box.height));
+    if (dx) text.setAttribute("x", Number(text.getAttribute("x")) + dx);
+    if (dy) text.setAttribute("y", Number(text.getAttribute("y")) + dy);
+  }
 }
 
 function highlight(ids, on) {
@@ -372,8 +430,123 @@ async function loadIndexes() {
   }
 }
 
+// -- documents: list, search, upload, delete, and the jobs that do it ----------------------------------------------------
+
+const DOC_PAGE = 20;
+const docs = { offset: 0, q: "" };
+
+async function loadDocuments() {
+  try {
+    const resp = await call("GET", `/documents${indexQuery({ offset: docs.offset, limit: DOC_PAGE, q: docs.q })}`);
+    const page = await resp.json();
+    $("doc-list").replaceChildren(...page.documents.map(documentRow));
+    const last = Math.min(page.offset + page.documents.length, page.total);
+    $("doc-count").textContent = page.total
+      ? `${page.offset + 1}–${last} of ${page.total}${page.q ? ` matching “${page.q}”` : ""} in ${page.index}`
+      : `none${page.q ? ` matching “${page.q}”` : ""} in ${page.index}`;
+    $("doc-prev").disabled = page.offset === 0;
+    $("doc-next").disabled = last >= page.total;
+  } catch (err) {
+    report(err);
+  }
+}
+
+function documentRow(doc) {
+  const remove = el("button", { type: "button", class: "small delete", title: "delete this document" }, "delete");
+  remove.addEventListener("click", () => deleteDocument(doc));
+  return el("tr", { class: "document", "data-id": doc.id }, el("td", { class: "doc-id" }, doc.id),
+    el("td", {}, el("span", { class: "doc-title" }, doc.title), passageText(doc.text)), el("td", {}, remove));
+}
+
+async function deleteDocument(doc) {
+  if (!window.confirm(`Delete “${doc.title}” (${doc.id}) from the index?`)) return;
+  try {
+    const accepted = await (await call("DELETE", `/documents/${encodeURIComponent(doc.id)}${indexQuery()}`)).json();
+    followJob(accepted.job, `delete ${doc.id}`);
+  } catch (err) {
+    report(err);
+  }
+}
+
+async function uploadDocuments() {
+  const file = $("doc-file").files[0];
+  if (!file) return;
+  const form = new FormData();
+  form.append("file", file, file.name);
+  $("doc-upload").disabled = true;
+  try {
+    const accepted = await (await callRaw("POST", `/documents${indexQuery()}`, form)).json();
+    $("doc-file").value = "";
+    followJob(accepted.job, `add ${file.name}`);
+  } catch (err) {
+    report(err);
+  } finally {
+    $("doc-upload").disabled = false;
+  }
+}
+
+function jobText(job) {
+  const counts = Object.entries(job.counts || {}).map(([what, n]) => `${n} ${what}`).join(", ");
+  return `${job.state}${counts ? ` · ${counts}` : ""}${job.error ? ` · ${job.error}` : ""}`;
+}
+
+async function followJob(id, what) {
+  // one line per job, polled until it is done or failed; the list is reloaded when the new version serves
+  const state = el("span", { class: "job-state" }, "queued");
+  const item = el("li", { class: "job", "data-job": id }, `${what} `, el("span", { class: "meta" }, `(${id}) `), state);
+  $("doc-jobs").prepend(item);
+  status(`Job ${id} queued: ${what}.`);
+  for (;;) {
+    let job;
+    try {
+      job = await (await call("GET", `/jobs/${encodeURIComponent(id)}`)).json();
+    } catch (err) {
+      report(err);
+      return;
+    }
+    state.textContent = jobText(job);
+    state.className = `job-state state-${job.state}`;
+    item.dataset.state = job.state;
+    if (job.state === "done" || job.state === "failed") {
+      status(job.state === "done" ? `Job ${id} done: ${what}.` : `Job ${id} failed: ${job.error}`,
+        job.state === "done" ? "info" : "error");
+      loadDocuments();
+      return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 400));
+  }
+}
+
+function showTab(name) {
+  for (const tab of document.querySelectorAll("#tabs .tab")) tab.classList.toggle("active", tab.dataset.tab === name);
+  for (const panel of document.querySelectorAll("main > [data-view]")) {
+    const explainClosed = panel.id === "explain-panel" && !panel.dataset.open;
+    panel.hidden = panel.dataset.view !== name || explainClosed;
+  }
+  if (name === "documents") loadDocuments();
+}
+
 function init() {
   $("api-key").value = apiKey();
+  for (const tab of document.querySelectorAll("#tabs .tab")) {
+    tab.addEventListener("click", () => showTab(tab.dataset.tab));
+  }
+  $("explain-close").addEventListener("click", () => {
+    $("explain-panel").hidden = true;
+    delete $("explain-panel").dataset.open;
+  });
+  $("doc-search-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    docs.q = $("doc-search").value.trim();
+    docs.offset = 0;
+    loadDocuments();
+  });
+  $("doc-prev").addEventListener("click", () => { docs.offset = Math.max(0, docs.offset - DOC_PAGE); loadDocuments(); });
+  $("doc-next").addEventListener("click", () => { docs.offset += DOC_PAGE; loadDocuments(); });
+  $("doc-upload-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    uploadDocuments();
+  });
   $("key-form").addEventListener("submit", (event) => {
     event.preventDefault();
     sessionStorage.setItem(KEY_STORE, $("api-key").value.trim());

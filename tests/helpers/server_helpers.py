@@ -30,14 +30,17 @@ class RoutingPolicy:
     deterministic: first it searches the question in ``mode_tag``'s mode, then it answers with the title of the
     first document it got back; a forced answer is ``unknown``. ``delay_s`` makes every generation that slow;
     ``serial`` makes generations run one at a time, as on a model with a fixed throughput (an in-process model on a
-    CPU), so that concurrent requests slow each other down."""
+    CPU), so that concurrent requests slow each other down. A question that contains ``refuse_on`` is refused after
+    its search (``<answer>[refuse]``), as the policy refuses documents that do not answer."""
 
     name = "routing-policy"
     tracks_tokens = False
     tokenizer = None
 
-    def __init__(self, mode_tag: str = "[graph]", delay_s: float = 0.0, serial: bool = False) -> None:
+    def __init__(self, mode_tag: str = "[graph]", delay_s: float = 0.0, serial: bool = False,
+                 refuse_on: str | None = None) -> None:
         self.mode_tag = mode_tag
+        self.refuse_on = refuse_on
         self.delay_s = delay_s
         self.serial = serial
         self.calls = 0
@@ -60,6 +63,8 @@ class RoutingPolicy:
             m = _QUESTION.search(prompt)
             question = " ".join(m.group(1).split()) if m else "question"
             text = f"<think>I should look this up.</think>\n<search>{self.mode_tag} {question}"
+        elif self.refuse_on and self.refuse_on in ((m := _QUESTION.search(prompt)) and m.group(1) or ""):
+            text = "<think>None of these says it.</think>\n<answer>[refuse]"
         else:
             text = f"<think>The first document answers it.</think>\n<answer>{doc.group(1)}"
         # as a completions server: the stop string that fired is cut off

@@ -118,6 +118,104 @@ def weights_fingerprint(model: Any, precision: str) -> str:
     return h.hexdigest()[:16]
 
 
+PACKED_PROJECTIONS = {"q_proj": ("attn.qkv_proj", 0), "k_proj": ("attn.qkv_proj", 1), "v_proj": ("attn.qkv_proj", 2),
+                      "o_proj": ("attn.o_proj", 0), "gate_proj": ("mlp.gate_proj", 0),
+                      "up_proj": ("mlp.up_proj", 0), "down_proj": ("mlp.down_proj", 0)}
+"""A transformers projection → the exported initializer holding it (``model.layers.N.<name>.MatMul.weight``, the
+weight transposed) and its place among the projections packed into it (q, k and v share one)."""
+
+
+class WeightPatch:
+    """Writes a trained model's current projection weights (its LoRA merged) into an exported float32 model, in
+    place of a re-export.
+
+    Why: a GRPO step changes only the adapter; re-exporting the whole model after each step took 30-60 s on 2 cores,
+    longer than the step's rollouts. The export's initializers are the transposed projections (q, k and v packed
+    into one), stored at known offsets of ``model.onnx.data``; the patch copies that file, rewrites the projections
+    of the layers that carry an adapter, and renames the copy over the original (a model still loaded from the old
+    file keeps reading it). :meth:`check` first rebuilds one projection that has no adapter from the torch weights
+    and compares bytes: a layout it does not know is re-exported instead."""
+
+    def __init__(self, folder: Path) -> None:
+        import onnx
+
+        proto = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+        self.folder = folder
+        self.where: dict[str, tuple[int, int]] = {}
+        for t in proto.graph.initializer:
+            ext = {e.key: e.value for e in t.external_data}
+            if ext.get("location") == "model.onnx.data":
+                self.where[t.name] = (int(ext.get("offset", 0)), int(ext["length"]))
+
+    def tensors(self, model: Any, layers: set[int]) -> dict[str, np.ndarray]:
+        """The exported initializers of ``layers`` built from the torch model's weights (adapters merged)."""
+        parts: dict[str, list[tuple[int, np.ndarray]]] = {}
+        for name, module in model.named_modules():
+            bits = name.split(".")
+            if len(bits) < 2 or bits[-1] not in PACKED_PROJECTIONS or "layers" not in bits:
+                continue
+            layer = int(bits[bits.index("layers") + 1])
+            if layer not in layers or not hasattr(module, "weight") and not hasattr(module, "base_layer"):
+                continue
+            target, order = PACKED_PROJECTIONS[bits[-1]]
+            parts.setdefault(f"model.layers.{layer}.{target}.MatMul.weight", []).append((order, _merged(module)))
+        return {k: np.ascontiguousarray(np.concatenate([w for _, w in sorted(v, key=lambda x: x[0])], 0).T)
+                for k, v in parts.items()}
+
+    def check(self, model: Any, layer: int) -> bool:
+        """Whether the torch weights of ``layer`` (which no adapter changes) rebuild its exported bytes exactly."""
+        built = self.tensors(model, {layer})
+        data = self.folder / "model.onnx.data"
+        with data.open("rb") as f:
+            for name, arr in built.items():
+                offset, length = self.where.get(name, (0, -1))
+                f.seek(offset)
+                if arr.astype(np.float32).nbytes != length or f.read(length) != arr.astype(np.float32).tobytes():
+                    return False
+        return bool(built)
+
+    def write(self, model: Any, layers: set[int]) -> None:
+        """Rewrite the projections of ``layers`` from the torch model, into a copy renamed over the data file."""
+        data = self.folder / "model.onnx.data"
+        tmp = data.with_name(f".{data.name}.tmp-{os.getpid()}")
+        shutil.copyfile(data, tmp)
+        try:
+            with tmp.open("r+b") as f:
+                for name, arr in self.tensors(model, layers).items():
+                    offset, length = self.where[name]
+                    blob = arr.astype(np.float32).tobytes()
+                    if len(blob) != length:
+                        raise ValueError(f"{name}: {len(blob)} bytes for a slot of {length}")
+                    f.seek(offset)
+                    f.write(blob)
+            os.replace(tmp, data)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def _merged(module: Any) -> np.ndarray:
+    """A linear layer's weight (out × in) with its LoRA adapter merged, as float32."""
+    import torch
+
+    with torch.no_grad():
+        base = getattr(module, "base_layer", module)
+        w = base.weight.detach().float().clone()
+        for name in getattr(module, "active_adapters", []) or []:
+            if name in getattr(module, "lora_A", {}):
+                w += module.get_delta_weight(name).float()
+        return w.cpu().numpy()
+
+
+def adapter_layers(model: Any) -> set[int]:
+    """The decoder layers that carry LoRA weights (the only ones an optimiser step changes)."""
+    out = set()
+    for name, _ in model.named_parameters():
+        bits = name.split(".")
+        if "lora_" in name and "layers" in bits:
+            out.add(int(bits[bits.index("layers") + 1]))
+    return out
+
+
 class OnnxModel:
     """One exported model loaded into ONNX Runtime GenAI, with the pad id its batches use."""
 
@@ -136,6 +234,92 @@ class OnnxModel:
                                              "decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
         self.model = og.Model(config)
         self.folder = folder
+        self.session = OneSequence(self, min(self.context, SESSION_TOKENS))
+
+
+SESSION_TOKENS = 4096
+"""The longest sequence a kept single-sequence generator holds (its KV cache is allocated for this length: 190 MB
+for the embedded 135M model in float32); a longer request is decoded by a fresh generator."""
+
+
+DRAFT_TOKENS = 8
+"""Tokens drafted from the context per greedy step (:func:`prompt_lookup`)."""
+
+
+def prompt_lookup(context: list[int], n: int, ngram: int = 3) -> list[int]:
+    """The ``n`` tokens that followed the latest earlier occurrence of the context's last ``ngram`` tokens (the
+    longest n-gram of 3, 2 that occurs earlier; none: no draft). Prompt-lookup decoding's draft: no second model."""
+    arr = np.asarray(context, dtype=np.int64)
+    for size in range(ngram, 1, -1):
+        if len(arr) <= size:
+            continue
+        tail = arr[-size:]
+        windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], size)
+        hits = np.flatnonzero((windows == tail).all(axis=1))
+        if len(hits):
+            start = int(hits[-1]) + size
+            return [int(t) for t in arr[start : start + n]]
+    return []
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if len(diff) else n
+
+
+class OneSequence:
+    """A single-sequence generator kept between calls, with the tokens its KV cache holds.
+
+    Why: a policy turn's prompt is the previous turn's prompt, its completion and the new documents, and every
+    request starts with the same instruction. For a batch of one, ONNX Runtime GenAI can rewind a generator and
+    append to it, so a prompt that shares a prefix with what the generator holds is read from where they differ:
+    one request at a time (the server's usual load), the second turn reads only the documents, and the instruction
+    is read once per process rather than once per turn."""
+
+    def __init__(self, engine: OnnxModel, length: int) -> None:
+        self.engine = engine
+        self.length = length
+        self.lock = threading.Lock()
+        self.generator: Any = None
+        self.tokens: list[int] = []
+        self.drafted = 0
+        """Draft tokens kept so far (prompt-lookup decoding; for the benchmark and the tests)."""
+
+    def fits(self, prompt: list[int], max_tokens: int) -> bool:
+        return len(prompt) + max_tokens <= self.length
+
+    def start(self, prompt: list[int]) -> Any:
+        """The generator with ``prompt`` read, reusing the longest prefix it already holds (at least the prompt's
+        last token is read again: its logits choose the first new token)."""
+        import onnxruntime_genai as og
+
+        keep = min(common_prefix(self.tokens, prompt), len(prompt) - 1) if self.generator is not None else 0
+        if keep == 0:
+            params = og.GeneratorParams(self.engine.model)
+            params.set_search_options(max_length=self.length, batch_size=1)
+            self.generator, self.tokens = None, []
+            self.generator = og.Generator(self.engine.model, params)
+        elif keep < len(self.tokens):
+            self.generator.rewind_to(keep)
+            del self.tokens[keep:]
+        self.append(prompt[keep:])
+        return self.generator
+
+    def rewind(self, length: int) -> None:
+        """Forget every token after the first ``length`` (a rejected draft)."""
+        if length < len(self.tokens):
+            self.generator.rewind_to(length)
+            del self.tokens[length:]
+
+    def append(self, tokens: list[int]) -> None:
+        try:
+            self.generator.append_tokens(np.asarray([tokens], dtype=np.int32))
+        except Exception:
+            self.generator, self.tokens = None, []  # its state is unknown: the next call starts afresh
+            raise
+        self.tokens.extend(tokens)
 
 
 class OnnxGenerator(TransformersGenerator):
@@ -148,6 +332,7 @@ class OnnxGenerator(TransformersGenerator):
         self.export_dir = export_dir
         self._engines: dict[bool, OnnxModel] = {}
         self._lock = threading.Lock()
+        self._patcher: WeightPatch | bool | None = None
         self.load_engines()
 
     # -- the exported models ----------------------------------------------------------------------------------------
@@ -168,13 +353,19 @@ class OnnxGenerator(TransformersGenerator):
             if self.export_dir is not None and adapter:
                 target = self.export_dir / "router"
             else:
-                key = weights_fingerprint(self._view(adapter), self.cfg.precision)
-                target = default_model_dir() / "onnx-genai" / f"{key}-{self.cfg.precision}"
+                precision = self.precision(adapter)
+                key = weights_fingerprint(self._view(adapter), precision)
+                target = default_model_dir() / "onnx-genai" / f"{key}-{precision}"
             if not (target / "genai_config.json").is_file() or (self.export_dir is not None and adapter):
                 self._export(adapter, target)
             engines[adapter] = OnnxModel(target, threads)
         with self._lock:
             self._engines = engines
+
+    def precision(self, adapter: bool) -> str:
+        """The router's precision is the setting's; a LoRA model's base weights, which read the final answer
+        (``reader = "base"``), stay float32: in int4 that reader's answers fell apart (docs/benchmarks.md)."""
+        return self.cfg.precision if adapter or not self.has_adapter else "float32"
 
     def _view(self, adapter: bool) -> Any:
         if adapter or not self.has_adapter:
@@ -183,19 +374,47 @@ class OnnxGenerator(TransformersGenerator):
 
     def _export(self, adapter: bool, target: Path) -> None:
         log.info("exporting the policy%s to ONNX Runtime GenAI (%s) into %s",
-                 "" if adapter else "'s base weights", self.cfg.precision, target)
+                 "" if adapter else "'s base weights", self.precision(adapter), target)
         staging = target.parent / f".{target.name}.hf-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         try:
             save_merged(self.model, self.tokenizer, staging, adapter=adapter)
-            export_model(staging, target, self.cfg.precision)
+            export_model(staging, target, self.precision(adapter))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
     def refresh(self) -> None:
-        """Re-export the router's current weights (after an optimiser step) and decode with them from the next batch
-        on; a LoRA model's base weights do not change and stay loaded."""
+        """Give the engine the router's current weights (after an optimiser step), decoded from the next batch on: the
+        adapter's layers written into the export (:class:`WeightPatch`) where it can, else a re-export. A LoRA
+        model's base weights do not change and stay loaded."""
+        if self._patch_router():
+            return
         self.load_engines((True,))
+
+    def _patch_router(self) -> bool:
+        """Patch the trainer's float32 export in place; False when it cannot (no export yet, not float32, no
+        adapter, or a layout the patch does not know, found once and remembered)."""
+        import torch
+
+        if self.export_dir is None or self.cfg.precision != "float32" or not self.has_adapter:
+            return False
+        folder = self.export_dir / "router"
+        if self._patcher is None and (folder / "genai_config.json").is_file():
+            layers = adapter_layers(self.model)
+            free = next((i for i in range(max(layers, default=0) + 1) if i not in layers), None)
+            patch = WeightPatch(folder)
+            if layers and free is not None and patch.check(self.model, free):
+                self._patcher = patch
+            else:
+                log.warning("the exported router's layout is not the one WeightPatch writes: re-exporting each step")
+                self._patcher = False
+        if not self._patcher:
+            return False
+        self._patcher.write(self.model, adapter_layers(self.model))
+        engine = OnnxModel(folder, torch.get_num_threads())
+        with self._lock:
+            self._engines = {**self._engines, True: engine}
+        return True
 
     # -- decoding ---------------------------------------------------------------------------------------------------
 
@@ -229,6 +448,13 @@ class OnnxGenerator(TransformersGenerator):
         """Decode a padded batch until every row has met its end of sequence, a stop string or its limit."""
         import onnxruntime_genai as og
 
+        if len(prompts) == 1 and engine.session.fits(prompts[0], reqs[0].max_tokens):
+            if engine.session.lock.acquire(blocking=False):
+                try:
+                    ids, lp = self._decode_one(engine.session, prompts[0], reqs[0], stop, temp)
+                    return [ids], [lp]
+                finally:
+                    engine.session.lock.release()
         b, width = len(prompts), max(len(p) for p in prompts)
         batch = np.full((b, width), engine.pad_id, dtype=np.int32)
         for row, p in enumerate(prompts):  # right padding: what the engine's attention expects of a prompt batch
@@ -271,6 +497,61 @@ class OnnxGenerator(TransformersGenerator):
             gen.set_logits(forced)
             gen.generate_next_token()
         return out, [lp if want_logprobs else None for lp in logps]
+
+    def _decode_one(self, session: OneSequence, prompt: list[int], req: GenerationRequest, stop: tuple[str, ...],
+                    temp: float) -> tuple[list[int], list[float] | None]:
+        """Decode one sequence on the kept generator (:class:`OneSequence`), each chosen token appended to it; greedy
+        decoding also checks drafts copied from the context (:meth:`_accept_draft`)."""
+        gen = session.start(prompt)
+        rng = self._rng()
+        eos = self._eos_ids()
+        out: list[int] = []
+        logps: list[float] = []
+        logits = gen.get_logits().reshape(1, -1)
+        while True:
+            chosen, lp = self._choose(logits, temp, rng, req.logprobs)
+            out.append(int(chosen[0]))
+            if lp is not None:
+                logps.append(float(lp[0]))
+            if self._row_done(out, req.max_tokens, stop, eos):
+                return out, (logps if req.logprobs else None)
+            room = min(DRAFT_TOKENS, req.max_tokens - len(out), session.length - len(session.tokens) - 1)
+            draft = prompt_lookup(session.tokens + out[-1:], room) if temp <= 0 and room > 0 else []
+            if not draft:
+                session.append(out[-1:])
+                logits = gen.get_logits().reshape(1, -1)
+                continue
+            logits, finished = self._accept_draft(session, out, logps, draft, req, stop, eos)
+            if finished:
+                return out, (logps if req.logprobs else None)
+
+    def _accept_draft(self, session: OneSequence, out: list[int], logps: list[float], draft: list[int],
+                      req: GenerationRequest, stop: tuple[str, ...], eos: set[int]) -> tuple[np.ndarray, bool]:
+        """Prompt-lookup decoding: append the chosen token and a draft copied from the context in one forward pass,
+        keep the draft's tokens while each is what greedy decoding would choose, and rewind past the rest.
+
+        Why: a policy's query mostly copies the question or a document's words, and one pass over nine tokens
+        costs about what one token does (a decoder step on a CPU is bound by reading the weights). Greedy only, so
+        the tokens are the ones one-at-a-time decoding chooses."""
+        held = len(session.tokens)
+        session.append(out[-1:] + draft)
+        rows = session.generator.get_output("logits").reshape(len(draft) + 1, -1)
+        chosen, lp = self._choose(rows, 0.0, None, req.logprobs)  # type: ignore[arg-type]
+        kept = 0
+        for j, token in enumerate(draft):
+            if int(chosen[j]) != token:
+                break
+            out.append(token)
+            kept += 1
+            if lp is not None:
+                logps.append(float(lp[j]))
+            if self._row_done(out, req.max_tokens, stop, eos):
+                session.rewind(held + 1 + kept)
+                session.drafted += kept
+                return rows[kept : kept + 1], True
+        session.rewind(held + 1 + kept)
+        session.drafted += kept
+        return rows[kept : kept + 1], False
 
     def _rng(self) -> np.random.Generator:
         """Sampling randomness drawn from torch's generator, so ``torch.manual_seed`` fixes a run's rollouts here as
