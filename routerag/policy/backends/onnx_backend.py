@@ -242,6 +242,8 @@ SESSION_TOKENS = 4096
 for the embedded 135M model in float32); a longer request is decoded by a fresh generator."""
 
 
+HISTORY_TOKENS = 2048
+"""Tokens of earlier sequences kept as a source of drafts (:attr:`OneSequence.history`)."""
 DRAFT_TOKENS = 8
 """Tokens drafted from the context per greedy step (:func:`prompt_lookup`)."""
 
@@ -284,6 +286,8 @@ class OneSequence:
         self.lock = threading.Lock()
         self.generator: Any = None
         self.tokens: list[int] = []
+        self.history: list[int] = []
+        """The latest tokens rewound away (earlier requests' turns), searched for drafts after the current ones."""
         self.drafted = 0
         """Draft tokens kept so far (prompt-lookup decoding; for the benchmark and the tests)."""
 
@@ -296,6 +300,8 @@ class OneSequence:
         import onnxruntime_genai as og
 
         keep = min(common_prefix(self.tokens, prompt), len(prompt) - 1) if self.generator is not None else 0
+        if keep < len(self.tokens):  # what is dropped stays a source of drafts: the policy's turns repeat
+            self.history = (self.history + self.tokens[keep:])[-HISTORY_TOKENS:]
         if keep == 0:
             params = og.GeneratorParams(self.engine.model)
             params.set_search_options(max_length=self.length, batch_size=1)
@@ -516,7 +522,8 @@ class OnnxGenerator(TransformersGenerator):
             if self._row_done(out, req.max_tokens, stop, eos):
                 return out, (logps if req.logprobs else None)
             room = min(DRAFT_TOKENS, req.max_tokens - len(out), session.length - len(session.tokens) - 1)
-            draft = prompt_lookup(session.tokens + out[-1:], room) if temp <= 0 and room > 0 else []
+            context = session.history + session.tokens + out[-1:]
+            draft = prompt_lookup(context, room) if temp <= 0 and room > 0 else []
             if not draft:
                 session.append(out[-1:])
                 logits = gen.get_logits().reshape(1, -1)
