@@ -18,10 +18,9 @@ from routerag.evaluation.records import score
 from routerag.evaluation.strategies import run_strategy
 from routerag.policy.types import SearchRecord, Summary
 from routerag.prompts import REFUSAL_ANSWER
-from routerag.retrieval import RetrievalResult, RetrievedDoc
-from routerag.vocabulary import Mode
+from routerag.retrieval import RetrievedDoc
 
-from .helpers.scripted import ScriptedGenerator
+from .helpers.scripted import PageSearch, ScriptedGenerator
 
 DOC = RetrievedDoc("d1", "Idris Calloway", "Idris Calloway lived in Marrow Point.", 1.0)
 
@@ -61,29 +60,12 @@ def test_refusal_precision_recall_and_refusals_against_the_evidence() -> None:
     assert plain["refusal_precision"] is None and plain["refusal_recall"] is None
 
 
-PAGES = {"The Glass Lighthouse": "The Glass Lighthouse is an opera composed by Marisol Vantreigh in 1931.",
-         "Marisol Vantreigh": "Marisol Vantreigh was born in Kestrel Harbor.",
-         "Kestrel Harbor": "Kestrel Harbor is a port town.",
-         "Opera": "An opera is a drama set to music."}
-ORDER = {"In which city was the composer of The Glass Lighthouse born?": ["The Glass Lighthouse", "Opera",
-                                                                          "Kestrel Harbor", "Marisol Vantreigh"],
-         "Marisol Vantreigh": ["The Glass Lighthouse", "Marisol Vantreigh", "Kestrel Harbor", "Opera"]}
-
-
-class PageSearch:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Mode, int]] = []
-
-    async def search(self, query: str, mode: Mode, k: int) -> RetrievalResult:
-        self.calls.append((query, mode, k))
-        return RetrievalResult(query, mode, [RetrievedDoc(f"id-{t}", t, PAGES[t], 1.0) for t in ORDER[query][:k]],
-                               {"dense": 2.0})
 
 
 def test_two_search_follows_the_top_documents_new_entity() -> None:
     pytest.importorskip("spacy")
     gen = ScriptedGenerator(["<answer> Kestrel Harbor </answer>"])
-    search = PageSearch()
+    search = PageSearch(ms=2.0)
     engine = Engine("unused", Settings(retrieval={"mode": "graph"}), generator=gen, search=search,
                     retriever=SimpleNamespace(passages=[]))  # type: ignore[arg-type]
     question = "In which city was the composer of The Glass Lighthouse born?"

@@ -26,7 +26,7 @@ from server.app import create_app
 from server.operations import DOCS_ASSETS, begin_drain
 
 from .helpers.fake_openai import free_port
-from .helpers.server_helpers import RoutingPolicy
+from .helpers.server_helpers import RoutingPolicy, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 Q = "Where was Joran Veld born?"
@@ -99,15 +99,7 @@ def test_sigterm_drains_the_question_in_flight_and_logs_json(index: Path, tmp_pa
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            try:
-                if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
+        wait_until_ready(proc, url, log)
         answers: list[httpx.Response] = []
         asking = threading.Thread(target=lambda: answers.append(httpx.post(f"{url}/ask", json={"question": Q},
                                                                            timeout=30)))

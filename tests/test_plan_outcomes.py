@@ -20,33 +20,13 @@ from routerag.engine import Engine
 from routerag.policy import parse_turn
 from routerag.policy.types import GenerationRequest
 from routerag.prompts import REFUSAL_INSTRUCTION, REFUSE_MARKER
-from routerag.retrieval import RetrievalResult, RetrievedDoc
-from routerag.vocabulary import Mode
 from training.outcomes import (best_plan, candidate_plans, headroom, labelled_plans, labels, measure_all,
                                plan_means, read_outcomes)
 from training.sft import build_example
 
-from .helpers.scripted import CharTokenizer, ScriptedGenerator
+from .helpers.scripted import PAGES, CharTokenizer, PageSearch, ScriptedGenerator
+from .helpers.scripted import TWO_HOP_QUESTION as QUESTION
 
-PAGES = {"The Glass Lighthouse": "The Glass Lighthouse is an opera composed by Marisol Vantreigh in 1931.",
-         "Marisol Vantreigh": "Marisol Vantreigh was born in Kestrel Harbor.",
-         "Kestrel Harbor": "Kestrel Harbor is a port town.",
-         "Opera": "An opera is a drama set to music."}
-QUESTION = "In which city was the composer of The Glass Lighthouse born?"
-ORDER = {QUESTION: ["The Glass Lighthouse", "Opera", "Kestrel Harbor", "Marisol Vantreigh"],
-         "Marisol Vantreigh": ["The Glass Lighthouse", "Marisol Vantreigh", "Kestrel Harbor", "Opera"]}
-
-
-class PageSearch:
-    """Every mode returns the same pages for a query (so the three one-search plans show the same documents)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Mode, int]] = []
-
-    async def search(self, query: str, mode: Mode, k: int) -> RetrievalResult:
-        self.calls.append((query, mode, k))
-        return RetrievalResult(query, mode, [RetrievedDoc(f"id-{t}", t, PAGES[t], 1.0) for t in ORDER[query][:k]],
-                               {"dense": 1.0})
 
 
 def reads_the_birthplace(request: GenerationRequest) -> str:

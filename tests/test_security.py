@@ -24,7 +24,7 @@ from server.app import create_app
 from server.security import OriginPolicy
 
 from .helpers.fake_openai import free_port
-from .helpers.server_helpers import RoutingPolicy, build_small_index, live_server
+from .helpers.server_helpers import RoutingPolicy, build_small_index, live_server, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 Q = "Where was Joran Veld born?"
@@ -250,15 +250,7 @@ def test_sigterm_with_requests_in_flight_prints_no_traceback(index: Path, tmp_pa
                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            try:
-                if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
+        wait_until_ready(proc, url, log)
         statuses: list[Any] = []
 
         def ask(path: str, body: dict[str, Any]) -> None:

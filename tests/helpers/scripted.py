@@ -67,3 +67,27 @@ class CharTokenizer:
 
     def decode(self, ids: Sequence[int], **_: object) -> str:
         return "".join(chr(i) for i in ids)
+
+
+PAGES = {"The Glass Lighthouse": "The Glass Lighthouse is an opera composed by Marisol Vantreigh in 1931.",
+         "Marisol Vantreigh": "Marisol Vantreigh was born in Kestrel Harbor.",
+         "Kestrel Harbor": "Kestrel Harbor is a port town.",
+         "Opera": "An opera is a drama set to music."}
+"""Four pages for a two-hop question: the opera, its composer, her birthplace and a distractor."""
+TWO_HOP_QUESTION = "In which city was the composer of The Glass Lighthouse born?"
+PAGE_ORDER = {TWO_HOP_QUESTION: ["The Glass Lighthouse", "Opera", "Kestrel Harbor", "Marisol Vantreigh"],
+              "Marisol Vantreigh": ["The Glass Lighthouse", "Marisol Vantreigh", "Kestrel Harbor", "Opera"]}
+
+
+class PageSearch:
+    """Every mode returns the same pages for a query, in :data:`PAGE_ORDER` (so one-search plans in different modes
+    show the same documents); each search reports ``ms`` of dense retrieval."""
+
+    def __init__(self, ms: float = 1.0) -> None:
+        self.calls: list[tuple[str, Mode, int]] = []
+        self.ms = ms
+
+    async def search(self, query: str, mode: Mode, k: int) -> RetrievalResult:
+        self.calls.append((query, mode, k))
+        docs = [RetrievedDoc(f"id-{t}", t, PAGES[t], 1.0) for t in PAGE_ORDER[query][:k]]
+        return RetrievalResult(query, mode, docs, {"dense": self.ms})

@@ -121,3 +121,18 @@ def parse_sse(text: str) -> list[tuple[str, Any]]:
         if data:
             out.append((event, json.loads("\n".join(data))))
     return out
+
+
+def wait_until_ready(proc: Any, url: str, log: Path, timeout_s: float = 120) -> None:
+    """Poll ``url``/ready until the server process answers 200; fail with its log if it exits or takes too long."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        try:
+            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
