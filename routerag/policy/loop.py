@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 Event = dict[str, Any]
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
-_ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 ANSWER_OPEN = "<answer>"
+_ANSWER_OPEN = re.compile(re.escape(ANSWER_OPEN), re.IGNORECASE)
 ANSWER_PEEK_TOKENS = 5
 """Tokens decoded after ``<answer>`` when a reader will write the answer: ``" [refuse]"`` is four."""
 EventSink = Callable[[Event], Awaitable[None] | None]
@@ -323,12 +323,13 @@ class PolicyLoop:
             return None
         t0 = time.perf_counter()
         cut = not forced and cfg.reader.reads and run.ids is not None
+        limit = min(cfg.max_turn_tokens, remaining)
         gen = await self.generator.generate(GenerationRequest(
-            prompt_text=run.text, prompt_ids=run.ids, max_tokens=min(cfg.max_turn_tokens, remaining),
+            prompt_text=run.text, prompt_ids=run.ids, max_tokens=limit,
             stop=("</answer>",) if forced else STOP_STRINGS + ((ANSWER_OPEN,) if cut else ()),
             temperature=cfg.temperature, user_message=run.message, response_text=run.text[run.prompt_chars:]))
         if cut and gen.token_ids is not None and gen.text.endswith(ANSWER_OPEN):
-            gen = await self._peek_answer(run, gen, min(cfg.max_turn_tokens, remaining) - len(gen.token_ids))
+            gen = await self._peek_answer(run, gen, limit - len(gen.token_ids))
         gen_ms = (time.perf_counter() - t0) * 1000
         text = gen.text
         if gen.token_ids is None and gen.finish_reason == "stop":

@@ -170,7 +170,7 @@ class WeightPatch:
             for name, arr in built.items():
                 offset, length = self.where.get(name, (0, -1))
                 f.seek(offset)
-                if arr.astype(np.float32).nbytes != length or f.read(length) != arr.astype(np.float32).tobytes():
+                if arr.nbytes != length or f.read(length) != arr.tobytes():
                     return False
         return bool(built)
 
@@ -183,7 +183,7 @@ class WeightPatch:
             with tmp.open("r+b") as f:
                 for name, arr in self.tensors(model, layers).items():
                     offset, length = self.where[name]
-                    blob = arr.astype(np.float32).tobytes()
+                    blob = arr.tobytes()
                     if len(blob) != length:
                         raise ValueError(f"{name}: {len(blob)} bytes for a slot of {length}")
                     f.seek(offset)
@@ -544,7 +544,7 @@ class OnnxGenerator(TransformersGenerator):
         session.append(out[-1:] + draft)
         rows = session.generator.get_output("logits").reshape(len(draft) + 1, -1)
         chosen, lp = self._choose(rows, 0.0, None, req.logprobs)  # type: ignore[arg-type]
-        kept = 0
+        kept, finished = 0, False
         for j, token in enumerate(draft):
             if int(chosen[j]) != token:
                 break
@@ -552,13 +552,12 @@ class OnnxGenerator(TransformersGenerator):
             kept += 1
             if lp is not None:
                 logps.append(float(lp[j]))
-            if self._row_done(out, req.max_tokens, stop, eos):
-                session.rewind(held + 1 + kept)
-                session.drafted += kept
-                return rows[kept : kept + 1], True
+            finished = self._row_done(out, req.max_tokens, stop, eos)
+            if finished:
+                break
         session.rewind(held + 1 + kept)
         session.drafted += kept
-        return rows[kept : kept + 1], False
+        return rows[kept : kept + 1], finished
 
     def _rng(self) -> np.random.Generator:
         """Sampling randomness drawn from torch's generator, so ``torch.manual_seed`` fixes a run's rollouts here as
