@@ -66,9 +66,10 @@ def test_overload_gets_fast_503s_with_retry_after_and_no_504(index: Path, retrie
     results, metrics = asyncio.run(go())
     codes = sorted(r.status_code for r, _ in results)
     assert codes == [200] * 4 + [503] * 6, codes
+    first_answer_s = min(lat for r, lat in results if r.status_code == 200)
     for r, latency in results:
-        if r.status_code == 503:  # refused at once, as JSON even when a stream was asked for
-            assert latency < 0.25, latency
+        if r.status_code == 503:  # refused at once (before the queue moved), as JSON even when a stream was asked for
+            assert latency < first_answer_s, (latency, first_answer_s)
             assert r.json() == {"error": {"type": "overloaded", "message": r.json()["error"]["message"], "param": None,
                                           "code": None}}
             assert "server.max_inflight" in r.json()["error"]["message"]
@@ -103,9 +104,13 @@ def test_a_queued_request_that_cannot_finish_in_time_is_refused_at_once(index: P
     results = asyncio.run(timed_posts(app, [{"question": f"{Q} ({i})"} for i in range(4)]))
     codes = [r.status_code for r, _ in results]
     assert sorted(codes) == [200, 200, 503, 503], codes
+    # "at once" is judged against the work, not a wall-clock bound: a refusal lands before the first admitted answer
+    # (~1 s of generation), where waiting for its latest start would take 2.75 s and a timeout 4.5 s. (A fixed 0.25 s
+    # failed a CI run whose event loop stalled 0.9 s before the requests even reached the gate.)
+    first_answer_s = min(lat for r, lat in results if r.status_code == 200)
     for r, latency in results:
         if r.status_code == 503:
-            assert latency < 0.25 and r.json()["error"]["type"] == "overloaded"
+            assert latency < first_answer_s and r.json()["error"]["type"] == "overloaded", (latency, first_answer_s)
             assert "request_timeout_s" in r.json()["error"]["message"] and int(r.headers["retry-after"]) >= 2
     assert gate.inflight == 0 and not gate.waiters and gate.service.value == pytest.approx(1.0, abs=0.4)
 
