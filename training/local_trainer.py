@@ -37,7 +37,8 @@ from .costs import load_or_measure
 from .grpo import first_loss_position, group_advantages, low_var_kl, policy_loss_tokens, token_logprobs
 from .models import is_peft, load_policy, reference_policy
 from .rewards import RewardConfig, Rollout, batch_rewards
-from .sequences import TokenSequence, micro_batches, trajectory_tokens
+from .sequences import Batch, TokenSequence, micro_batches, trajectory_tokens
+from .trunk import UpdateForward
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,11 @@ METRICS = "metrics.jsonl"
 
 
 class LocalGRPOTrainer:
+    passes: UpdateForward | None = None
+    """The update's forward passes: the frozen layers below the adapter once per micro-batch, the vocabulary only at
+    loss positions (None: the model's whole forward passes)."""
+    _passes_checked = False
+
     def __init__(self, settings: Settings, index: str | Path, items: Sequence[QAItem], out: str | Path, *,
                  model: Any = None, tokenizer: Any = None, retriever: Retriever | None = None,
                  device: str | None = None) -> None:
@@ -71,6 +77,8 @@ class LocalGRPOTrainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
+        # LoRA on the top layers only: the frozen layers below run once for the policy and its reference
+        self.passes = UpdateForward.of(self.model) if self.reference is None else None
         self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr)
         served = settings.policy.generator
         # rollouts sample in float32 whatever the served precision: their log-probabilities are recomputed by the torch
@@ -199,20 +207,53 @@ class LocalGRPOTrainer:
 
     # -- the update ------------------------------------------------------------------------------------------------
 
-    def _logprobs(self, model: Any, batch: Any, grad: bool) -> torch.Tensor:
-        # logits only from the first position that carries a loss: the long prompt needs hidden states, not the
-        # vocabulary-wide softmax
-        keep = batch.input_ids.shape[1] - first_loss_position(batch.loss_mask)
+    def _logprobs(self, model: Any, batch: Any, grad: bool, hidden: torch.Tensor | None = None, *,
+                  whole: bool = False) -> torch.Tensor:
         with torch.set_grad_enabled(grad):
+            if self.passes is not None and not whole and model is not self.reference:
+                return self.passes.logprobs(batch, hidden)
+            # logits only from the first position that carries a loss: the long prompt needs hidden states, not the
+            # vocabulary-wide softmax
+            keep = batch.input_ids.shape[1] - first_loss_position(batch.loss_mask)
             logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep).logits
             return token_logprobs(logits, batch.input_ids)
 
-    def _reference_logprobs(self, batch: Any) -> torch.Tensor:
+    def _reference_logprobs(self, batch: Any, hidden: torch.Tensor | None = None) -> torch.Tensor:
         with torch.no_grad():
             if self.reference is not None:
                 return self._logprobs(self.reference, batch, grad=False)
             with reference_policy(self.model) as ref:  # LoRA: the warm-start adapter, or the base weights
-                return self._logprobs(ref, batch, grad=False)
+                return self._logprobs(ref, batch, grad=False, hidden=hidden)
+
+    def _trunk_hidden(self, mb: Batch, cache: dict[tuple[int, ...], torch.Tensor | None],
+                      rows: list[int]) -> torch.Tensor | None:
+        """The frozen trunk's hidden states for a micro-batch, computed once per update and shared by the reference,
+        old and policy passes (None without a trunk). The first use checks the update's passes against the model's
+        own forward pass and drops them, with a warning, where they differ."""
+        if self.passes is None:
+            return None
+        key = tuple(rows)
+        if key not in cache:
+            cache[key] = self.passes.hidden(mb.input_ids, mb.attention_mask)
+            if not self._passes_checked and not self._passes_match(mb, cache[key]):
+                self.passes = None
+                return None
+        return cache[key]
+
+    def _passes_match(self, mb: Batch, hidden: torch.Tensor | None) -> bool:
+        self._passes_checked = True
+        training = self.model.training
+        self.model.eval()  # without the adapter's dropout, the two ways must agree
+        try:
+            whole = self._logprobs(self.model, mb, grad=False, whole=True) * mb.loss_mask
+            split = self._logprobs(self.model, mb, grad=False, hidden=hidden)
+        finally:
+            self.model.train(training)
+        ok = bool(torch.allclose(whole, split, atol=1e-4, rtol=1e-4))
+        if not ok:
+            log.warning("the update's shared-trunk passes differ from the model's own (max %.2e); running whole passes",
+                        float((whole - split).abs().max()))
+        return ok
 
     def update(self, seqs: list[TokenSequence], adv: list[float], groups: list[int]) -> dict[str, float]:
         cfg = self.cfg
@@ -229,11 +270,13 @@ class LocalGRPOTrainer:
         self.model.eval()  # old and reference log-probabilities without dropout
         old: dict[int, torch.Tensor] = {}
         ref: dict[int, torch.Tensor] = {}
+        trunk: dict[tuple[int, ...], torch.Tensor | None] = {}
         if not single_update or cfg.kl_coef > 0:
             for mb in micro_batches([seqs[i] for i in keep], [adv[i] for i in keep], cfg.micro_batch_size, pad,
                                     self.device):
-                lp = None if single_update else self._logprobs(self.model, mb, grad=False)
-                rp = self._reference_logprobs(mb) if cfg.kl_coef > 0 else None
+                hidden = self._trunk_hidden(mb, trunk, [keep[j] for j in mb.index])
+                lp = None if single_update else self._logprobs(self.model, mb, grad=False, hidden=hidden)
+                rp = self._reference_logprobs(mb, hidden) if cfg.kl_coef > 0 else None
                 for row, j in enumerate(mb.index):
                     if lp is not None:
                         old[keep[j]] = lp[row].detach()
@@ -252,7 +295,7 @@ class LocalGRPOTrainer:
                                         pad, self.device):
                     rows = [members[j] for j in mb.index]
                     width = mb.loss_mask.shape[1]
-                    lp = self._logprobs(self.model, mb, grad=True)
+                    lp = self._logprobs(self.model, mb, grad=True, hidden=self._trunk_hidden(mb, trunk, rows))
                     old_lp = lp.detach() if single_update else torch.stack([_fit(old[i], width) for i in rows])
                     pg = policy_loss_tokens(lp, old_lp, mb.advantages, clip=cfg.clip)
                     loss_tok = pg
