@@ -40,8 +40,8 @@ def rollout_sequences(tok, n: int) -> list[TokenSequence]:
         parts = [(tok.apply_chat_template([{"role": "user", "content": DEFAULT_INSTRUCTION.format(question=q)}],
                                           tokenize=False, add_generation_prompt=True), 0)]
         for turn in range(2):
-            parts.append((f"<think> I need the page about the subject of: {q} (step {turn}) </think>\n"
-                          f"<search> [graph] {q} </search>", 1))
+            thought = f"<think> I need the page about the subject of: {q} (step {turn}) </think>\n"
+            parts.append((thought + f"<search> [graph] {q} </search>", 1))
             chosen = [docs[(i + 3 * turn + j) % len(docs)] for j in range(3)]
             parts.append((INFORMATION_BLOCK.format(documents="\n".join(
                 DOCUMENT.format(i=j + 1, title=d.get("title", ""), text=d.get("text", ""))

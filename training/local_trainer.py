@@ -27,14 +27,20 @@ import torch
 from routerag.config import GeneratorConfig, Settings, TrainConfig
 from routerag.datasets import QAItem
 from routerag.policy import LoopConfig, PolicyLoop, Trajectory
-from routerag.policy.card import PolicyCard, card_for, training_policy
 from routerag.policy.backends import in_process_generator, reader_model
+from routerag.policy.card import PolicyCard, card_for, training_policy
 from routerag.policy.search import LocalSearch
 from routerag.retrieval import Retriever
 
 from .checkpoints import resume_checkpoint, save_checkpoint
 from .costs import load_or_measure
-from .grpo import first_loss_position, group_advantages, low_var_kl, policy_loss_tokens, token_logprobs
+from .grpo import (
+    first_loss_position,
+    group_advantages,
+    low_var_kl,
+    policy_loss_tokens,
+    token_logprobs,
+)
 from .models import is_peft, load_policy, reference_policy
 from .rewards import RewardConfig, Rollout, batch_rewards
 from .sequences import Batch, TokenSequence, micro_batches, trajectory_tokens
