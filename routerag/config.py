@@ -82,10 +82,6 @@ class Loop(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(LOOP_FIELDS)
 
-    def loop(self) -> Loop:
-        """Just the loop settings (of a :class:`~routerag.policy.LoopConfig` too), as this type."""
-        return Loop(**{name: getattr(self, name) for name in LOOP_FIELDS})
-
 
 LOOP_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Loop))
 LOOP_DEFAULTS = Loop()

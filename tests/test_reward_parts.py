@@ -173,3 +173,24 @@ def test_verl_stage2_rescoring_adds_the_parts_as_the_local_trainer_does() -> Non
     got = stage2_scores(data, "routerag-stage2", overrides=json.dumps(overrides), budget=LOOP.budget)
     assert [r.total for r in got.rewards] == [b.total for b in local]
     assert [r.parts["stop"] for r in got.rewards] == [1.0, -1.0]
+
+
+def test_the_local_trainer_passes_every_part_its_inputs(tmp_path, monkeypatch, minilm) -> None:
+    """A real step of the smoke preset (tiny random model, sample corpus) with all four parts chosen from the
+    environment: the trainer hands them the retriever's query encoder, naive RAG's answers and the gold pages."""
+    from typer.testing import CliRunner
+
+    from routerag.cli import app
+
+    monkeypatch.setenv("ROUTERAG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ROUTERAG_TRAIN__REWARD_OVERRIDES", json.dumps(
+        {"duplicate_weight": 0.5, "gain_beyond_rag_weight": 0.5, "stop_weight": 0.2, "retrieval": "support"}))
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["train", "--stage", "1", "--engine", "local", "--model", "tiny-random", "--out",
+                                   str(out), "--steps", "1"])
+    assert res.exit_code == 0, res.output
+    [row] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    parts = row["reward_parts"]
+    assert {"duplicate", "gain_beyond_rag", "stop", "retrieval_outcome"} <= set(parts)
+    assert 0 <= parts["duplicate"] <= 1 + 1e-6 and -1 <= parts["gain_beyond_rag"] <= 1 and -1 <= parts["stop"] <= 1
+    assert 0 <= parts["retrieval_outcome"] <= 1

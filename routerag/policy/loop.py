@@ -87,7 +87,7 @@ class LoopConfig(Loop):
         from .card import resolve_policy
 
         resolved = resolved or resolve_policy(policy)
-        fields: dict[str, Any] = {**resolved.loop.loop(), "temperature": policy.generator.temperature,
+        fields: dict[str, Any] = {**resolved.loop, "temperature": policy.generator.temperature,
                                   "template": resolved.template, "reader_prompt": resolved.reader_prompt,
                                   "short_answer": resolved.short_answer}
         if resolved.reader == "extractive" and "extractive_reader" not in overrides:
