@@ -25,7 +25,7 @@ from graph_index.store import IndexData  # noqa: E402
 from routerag.datasets import load_questions  # noqa: E402
 from routerag.evaluation.records import read_records  # noqa: E402
 from routerag.policy.citations import cite  # noqa: E402
-from routerag.retrieval import RetrievedDoc  # noqa: E402
+from routerag.retrieval.types import RetrievedDoc  # noqa: E402
 
 
 def main() -> None:

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from routerag.config import RetrievalConfig  # noqa: E402
 from routerag.datasets import DatasetError  # noqa: E402
 from routerag.evaluation.records import read_records  # noqa: E402
-from routerag.retrieval import QueryError, Retriever  # noqa: E402
+from routerag.retrieval import Retriever  # noqa: E402
+from routerag.retrieval.types import QueryError  # noqa: E402
 from routerag.runtime import configure_threads  # noqa: E402
 
 

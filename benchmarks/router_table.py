@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from graph_index.store import IndexData
 from routerag.policy.grounding import is_grounded
-from routerag.retrieval import RetrievedDoc
+from routerag.retrieval.types import RetrievedDoc
 
 
 def grounded_share(path, index):

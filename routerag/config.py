@@ -15,9 +15,10 @@ is a :class:`SettingsError` naming the key and the closest valid one, never sile
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
@@ -37,10 +38,54 @@ def default_model_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "routerag" / "models"
 
 
-LOOP_DEFAULTS: dict[str, Any] = {"budget": 4, "k": 3, "max_information_tokens": 500, "max_turn_tokens": 500,
-                                 "max_total_tokens": 4096, "max_invalid": 2, "fresh_documents": False,
-                                 "query": "free"}
-"""RouteRAG's loop settings: what a policy without a card (an untrained or foreign model) runs with."""
+DEFAULT_K = 3
+"""Documents per search (RouteRAG: 3): the loop's ``k``, and plain retrieval's (``routerag search``, ``/retrieve``)
+when the caller names none. The one default of ``k``."""
+MAX_K = 1000
+"""The most documents one search may ask for, wherever ``k`` is set (the loop's, ``retrieval.k``,
+``server.max_k``). A request's own limit is ``server.max_k``."""
+DocumentsPerSearch = Annotated[int, Field(ge=1, le=MAX_K)]
+"""The type of ``k``: its bounds, defined once."""
+RRF_K = 60
+"""Reciprocal Rank Fusion's smoothing constant (Cormack et al.: 60), ``retrieval.rrf_k``: it weighs ranks, it is not
+``k``, the documents per search."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Loop(Mapping[str, Any]):
+    """The policy loop's settings with every one decided: the one type the loop (:class:`~routerag.policy.LoopConfig`
+    extends it), the server, the trainers, the warm start and the verl plug-in receive. The defaults here are what a
+    policy without a card (an untrained or foreign model) runs with; :class:`LoopSettings` documents each setting and
+    its bounds, and its :meth:`~LoopSettings.resolve` builds one of these (flags > environment > TOML > card >
+    these defaults).
+
+    It also reads as a mapping by field name (``loop["k"]``, ``{**loop}``, equal to a dict of the same values), for
+    code written when the resolved loop was a plain dict."""
+
+    budget: int = 4
+    k: int = DEFAULT_K
+    max_information_tokens: int = 500
+    max_turn_tokens: int = 500
+    max_total_tokens: int = 4096
+    max_invalid: int = 2
+    fresh_documents: bool = False
+    query: QueryMode = "free"
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in LOOP_FIELDS:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(LOOP_FIELDS)
+
+    def __len__(self) -> int:
+        return len(LOOP_FIELDS)
+
+
+LOOP_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Loop))
+LOOP_DEFAULTS = Loop()
+"""The built-in loop settings (a :class:`Loop`); the name is kept for code written before #38."""
 
 
 class RetrievalConfig(StrictModel):
@@ -48,7 +93,7 @@ class RetrievalConfig(StrictModel):
     fact-seeded Personalized PageRank) and ``hybrid`` (Reciprocal Rank Fusion of the two)."""
 
     mode: Mode = "hybrid"
-    k: int = Field(LOOP_DEFAULTS["k"], ge=1, le=1000, validation_alias=AliasChoices("k", "top_k"))
+    k: DocumentsPerSearch = Field(DEFAULT_K, validation_alias=AliasChoices("k", "top_k"))
     """Documents per search when the caller names none (``routerag search``, ``/retrieve`` without ``topk``): the
     same default as the policy loop's ``k``. ``top_k`` is its former name, still read."""
     fact_index: Literal["exact", "hnsw", "ivfpq"] = "exact"
@@ -84,7 +129,9 @@ class RetrievalConfig(StrictModel):
     """Passages whose dense scores seed the graph: the FAISS top N, min-max normalised over them; 0 = all passages
     (HippoRAG 2). A few strong anchors make the graph list complementary to the dense one, which is what RRF
     fusion rewards, and keep seeding cheap on huge corpora."""
-    rrf_k: int = Field(60, ge=1)
+    rrf_k: int = Field(RRF_K, ge=1)
+    """Reciprocal Rank Fusion's constant: score = Σ 1 / (rrf_k + rank) over the lists (Cormack et al.: 60). Not
+    ``k``, the documents per search."""
     rrf_depth: int = Field(2, ge=1)
     """Each list is taken to ``rrf_depth × k`` before fusion."""
     shard_timeout_s: float = Field(5.0, gt=0)
@@ -212,13 +259,13 @@ class GeneratorConfig(StrictModel):
 class LoopSettings(StrictModel):
     """The policy loop's settings (RouteRAG's Algorithm 1), defined once: ``[policy]`` (serving, evaluation) and
     ``[train]`` both take them. A field left unset (None) takes the value the policy was trained with, from its card
-    (``routerag_policy.json`` beside its weights, see :mod:`routerag.policy.card`), else :data:`LOOP_DEFAULTS`."""
+    (``routerag_policy.json`` beside its weights, see :mod:`routerag.policy.card`), else :class:`Loop`'s defaults."""
 
     budget: int | None = Field(None, ge=0)
     """Searches before an answer is forced (RouteRAG: 4)."""
-    k: int | None = Field(None, ge=1, le=50)
-    """Documents per search (RouteRAG: 3). Plain retrieval without the policy (``/retrieve``, ``routerag search``)
-    takes ``retrieval.k``, whose default is the same."""
+    k: DocumentsPerSearch | None = None
+    """Documents per search (RouteRAG: 3; at most 1000). Plain retrieval without the policy (``/retrieve``,
+    ``routerag search``) takes ``retrieval.k``, whose default is the same."""
     max_information_tokens: int | None = Field(None, ge=16)
     """Each ``<information>`` block is cut to this many tokens (RouteRAG: 500)."""
     max_turn_tokens: int | None = Field(None, ge=8)
@@ -238,18 +285,25 @@ class LoopSettings(StrictModel):
     other models): search whatever the policy writes, as a served LLM that rewrites queries well should."""
 
 
-    def resolve(self, *fallbacks: LoopSettings | None) -> dict[str, Any]:
+    def resolve(self, *fallbacks: LoopSettings | None) -> Loop:
         """Every field decided: this object's value where set, else the first fallback's that is set (a trainer's
-        ``[policy]``, a policy's card), else :data:`LOOP_DEFAULTS`."""
-        out = {}
-        for name in LoopSettings.model_fields:
+        ``[policy]``, a policy's card), else :class:`Loop`'s default."""
+        decided = {}
+        for name in LOOP_FIELDS:
             value = next((v for src in (self, *fallbacks) if src is not None
                           for v in (getattr(src, name),) if v is not None), None)
-            out[name] = LOOP_DEFAULTS[name] if value is None else value
-        return out
+            if value is not None:
+                decided[name] = value
+        return Loop(**decided)
+
+    @classmethod
+    def of(cls, loop: Loop) -> LoopSettings:
+        """Every setting of ``loop`` set (what a policy card records)."""
+        return cls(**{name: getattr(loop, name) for name in LOOP_FIELDS})
 
 
-LOOP_FIELDS: tuple[str, ...] = tuple(LoopSettings.model_fields)
+if tuple(LoopSettings.model_fields) != LOOP_FIELDS:  # the two views of one set of settings must name the same ones
+    raise TypeError("LoopSettings and Loop must have the same fields")
 
 
 class PolicyConfig(LoopSettings):
@@ -327,7 +381,7 @@ class VerlConfig(StrictModel):
 class TrainConfig(LoopSettings):
     """GRPO in two stages (RouteRAG): stage 1 rewards correctness, stage 2 adds efficiency; the switch comes at
     ``switch_step``. The loop settings it inherits are the ones rollouts run with; unset, they come from
-    ``init_adapter``'s card, else :data:`LOOP_DEFAULTS`, and the trained policy's card records them."""
+    ``init_adapter``'s card, else the built-in defaults, and the trained policy's card records them."""
 
     engine: Literal["local", "verl"] = "local"
     model: str = EMBEDDED_POLICY
@@ -340,6 +394,11 @@ class TrainConfig(LoopSettings):
     """Steps ≤ switch_step use the stage-1 reward, later ones the stage-2 reward (RouteRAG: 20 of 40)."""
     stage1_reward: str = "routerag-stage1"
     stage2_reward: str = "routerag-stage2"
+    reward_overrides: dict[str, Any] = {}
+    """Reward fields laid over both stages' presets (``training.rewards.RewardConfig``; docs/training.md, "Reward
+    parts"), e.g. ``{stop_weight = 0.2, duplicate_weight = 0.5}``: the parts no preset uses (the duplicate-query
+    penalty, Gain Beyond RAG, the stop reward, support recall as the retrieval outcome) are chosen here. A field
+    that names no reward setting is an error when training starts."""
     batch_size: int = Field(8, ge=1)
     """Questions per step (RouteRAG: 256 on GPUs)."""
     group_size: int = Field(5, ge=2)
@@ -417,7 +476,7 @@ class ServerConfig(StrictModel):
     max_question_chars: int = Field(2000, ge=1)
     max_budget: int = Field(8, ge=0)
     """The largest search budget a request may ask for (its default is ``policy.budget``)."""
-    max_k: int = Field(20, ge=1, le=1000)
+    max_k: DocumentsPerSearch = 20
     """The largest documents-per-search (``/ask`` k, ``/retrieve`` topk) a request may ask for."""
     max_queries: int = Field(64, ge=1)
     """Queries per ``/retrieve`` request."""

@@ -21,8 +21,8 @@ from .policy.card import resolve_policy
 from .policy.loop import EventSink
 from .policy.search import LocalSearch, ShardSearch
 from .policy.types import Generator, SearchBackend
-from .retrieval import RetrievalResult, Retriever
-from .retrieval.retriever import QueryError
+from .retrieval import Retriever
+from .retrieval.types import QueryError, RetrievalResult
 from .retrieval.shards import ShardedRetriever
 from .vocabulary import ASK_MODES, AskMode, Mode
 

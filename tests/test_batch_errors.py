@@ -15,7 +15,8 @@ from routerag.config import RetrievalConfig, Settings
 from routerag.engine import Engine
 from routerag.policy.search import LocalSearch
 from routerag.policy.types import GenerationRequest
-from routerag.retrieval import QueryError, Retriever
+from routerag.retrieval import Retriever
+from routerag.retrieval.types import QueryError
 from server.app import create_app
 
 from .helpers.server_helpers import RoutingPolicy

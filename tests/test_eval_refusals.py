@@ -18,7 +18,7 @@ from routerag.evaluation.records import score
 from routerag.evaluation.strategies import run_strategy
 from routerag.policy.types import SearchRecord, Summary
 from routerag.prompts import REFUSAL_ANSWER
-from routerag.retrieval import RetrievedDoc
+from routerag.retrieval.types import RetrievedDoc
 
 from .helpers.scripted import PageSearch, ScriptedGenerator
 

@@ -144,7 +144,7 @@ def test_edge_kinds_mark_synonyms() -> None:
 
 
 def test_explain_refuses_passage_mode_and_bounds_paths_by_hops(retriever: Retriever) -> None:
-    from routerag.retrieval import QueryError
+    from routerag.retrieval.types import QueryError
 
     with pytest.raises(QueryError, match="graph or hybrid"):
         explain(retriever, Q, "passage")

@@ -15,7 +15,7 @@ from routerag.policy.extractive import (ExtractiveReader, ReaderAnswer, is_yes_n
                                         shipped_reader_path)
 from routerag.policy.citations import Citation
 from routerag.prompts import REFUSAL_ANSWER
-from routerag.retrieval import RetrievedDoc
+from routerag.retrieval.types import RetrievedDoc
 from training.reader_data import (SpanExample, comparison_yes_no, corpus_question_examples, hotpot_split, locate,
                                   popqa_pair_yes_no, popqa_paraphrases, popqa_split, popqa_yes_no,
                                   read_question_file)

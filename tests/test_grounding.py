@@ -11,7 +11,7 @@ from routerag.config import LOOP_DEFAULTS, PolicyConfig
 from routerag.policy import LoopConfig, PolicyLoop
 from routerag.policy.card import resolve_policy
 from routerag.policy.grounding import candidates, ground, is_grounded, key, rewrite_search
-from routerag.retrieval import RetrievalResult, RetrievedDoc
+from routerag.retrieval.types import RetrievalResult, RetrievedDoc
 from routerag.vocabulary import MODES, Mode
 
 from .helpers.scripted import CharTokenizer, ScriptedGenerator

@@ -158,7 +158,7 @@ def test_answer_generator_time_counts_as_generation() -> None:
 
 
 def test_a_query_the_retriever_refuses_is_an_invalid_turn_not_a_crash() -> None:
-    from routerag.retrieval import QueryError
+    from routerag.retrieval.types import QueryError
 
     class Refusing(FakeSearch):
         async def search(self, query, mode, k):
@@ -190,7 +190,7 @@ def test_citations_are_the_retrieved_passages_that_state_the_answer() -> None:
     """Each retrieved passage whose sentence holds the normalised answer as whole tokens is cited once, with that
     sentence, in retrieval order; no answer or an answer nowhere in the evidence cites nothing."""
     from routerag.policy.citations import cite, split_sentences
-    from routerag.retrieval import RetrievedDoc
+    from routerag.retrieval.types import RetrievedDoc
 
     docs = [RetrievedDoc("a", "Joran Veld", "Joran Veld is a painter. He was born in Tarsk, on the Ossel.", 1.0),
             RetrievedDoc("b", "Tarsks", "Tarsks are boats.", 0.9),

@@ -27,7 +27,7 @@ from routerag.policy.parsing import is_refusal
 from routerag.policy.types import Summary
 from routerag.prompts import (DEFAULT_INSTRUCTION, REFUSAL_ANSWER, REFUSAL_INSTRUCTION, REFUSE_MARKER,
                               REFUSE_THOUGHT, TEMPLATES)
-from routerag.retrieval import RetrievalResult, RetrievedDoc
+from routerag.retrieval.types import RetrievalResult, RetrievedDoc
 from server.protocol import AskResponse
 from training.rewards import (REFUSAL_JUSTIFIED, REFUSAL_UNJUSTIFIED, RewardConfig, Rollout, batch_rewards,
                               refusal_reward)

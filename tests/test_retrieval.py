@@ -11,7 +11,8 @@ import pytest
 
 from graph_index.builder import build_index
 from routerag.config import RetrievalConfig
-from routerag.retrieval import QueryError, Retriever
+from routerag.retrieval import Retriever
+from routerag.retrieval.types import QueryError
 from routerag.retrieval.fusion import reciprocal_rank_fusion
 from routerag.retrieval.ppr import PPRSolver, chebyshev_steps, igraph_ppr
 

@@ -66,7 +66,7 @@ def test_http_search_needs_the_key(server_url: str) -> None:
 def test_a_request_the_server_refuses_is_a_query_error_for_both_endpoint_clients(server_url: str) -> None:
     """A query or k the server refuses (400, 422) is the QueryError a local retriever would raise, with the server's
     message, from HTTPSearch and from the sharded client alike (every shard would refuse it: no shard failure)."""
-    from routerag.retrieval import QueryError
+    from routerag.retrieval.types import QueryError
     from routerag.retrieval.shards import ShardedRetriever
 
     async def go(client, query: str, k: int):

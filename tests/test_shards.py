@@ -15,7 +15,8 @@ from fastapi import FastAPI
 from graph_index.builder import Components, build_index
 from routerag.config import RetrievalConfig, Settings
 from routerag.engine import Engine
-from routerag.retrieval import RetrievedDoc, Retriever
+from routerag.retrieval import Retriever
+from routerag.retrieval.types import RetrievedDoc
 from routerag.retrieval.shards import ShardedRetriever, merge
 from server.app import create_app
 

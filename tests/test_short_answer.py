@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from routerag.policy.short_answer import answer_kinds, shorten
-from routerag.retrieval import RetrievedDoc
+from routerag.retrieval.types import RetrievedDoc
 
 pytestmark = pytest.mark.slow  # loads spaCy
 

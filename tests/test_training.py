@@ -142,7 +142,7 @@ def test_warm_start_names_the_answers_document_and_copies_no_title() -> None:
 
 def test_routing_warm_start_uses_the_labelled_mode_and_searches_again_where_it_missed() -> None:
     from routerag.prompts import CHECK_THOUGHTS, NEXT_THOUGHTS
-    from routerag.retrieval import RetrievalResult, RetrievedDoc
+    from routerag.retrieval.types import RetrievalResult, RetrievedDoc
     from training.sft import build_example, retrieval_plan
 
     tok = CharTokenizer()
@@ -180,7 +180,7 @@ def test_a_multi_hop_warm_start_searches_the_question_again_for_the_missing_page
 ) -> None:
     from routerag.datasets import parse_item
     from routerag.prompts import DEFAULT_INSTRUCTION, REFUSE_MARKER
-    from routerag.retrieval import RetrievalResult, RetrievedDoc
+    from routerag.retrieval.types import RetrievalResult, RetrievedDoc
     from training.sft import build_example, refusal_template, retrieval_plan
 
     tok = CharTokenizer()

@@ -42,8 +42,9 @@ from .grpo import (
     token_logprobs,
 )
 from .models import is_peft, load_policy, reference_policy
-from .rewards import RewardConfig, Rollout, batch_rewards
+from .rewards import RewardConfig
 from .sequences import Batch, TokenSequence, micro_batches, trajectory_tokens
+from .trainer_rewards import StageRewards, naive_rag_baseline
 from .trunk import UpdateForward
 
 log = logging.getLogger(__name__)
@@ -109,9 +110,15 @@ class LocalGRPOTrainer:
         self.step = 0
         self._order: list[int] = []
         self.cost_table: dict[str, Any] | None = None
-        if any(self.reward_config(s).time_cost == "table" for s in (1, self.cfg.steps)):
+        # the reward of each stage, with what its parts read: the retriever's query encoder, naive RAG's answers
+        self.rewards = StageRewards(
+            self.cfg, self.policy.loop, embed=self.retriever.embed,
+            baseline=naive_rag_baseline(loop_cfg.reader, self.generator, self.loop.search,
+                                        mode=settings.retrieval.mode, k=self.policy.loop.k))
+        if self.rewards.needs("cost_table", self.cfg.steps):
             queries = [it.question for it in self.items[:20]]
-            self.cost_table = load_or_measure(self.out, self.retriever, queries, self.policy.loop["k"])
+            self.cost_table = load_or_measure(self.out, self.retriever, queries, self.policy.loop.k)
+            self.rewards.cost_table = self.cost_table["ms"]
             log.info("retrieval cost table (ms per search): %s", self.cost_table["ms"])
         self._resume()
         if self.step and getattr(self.generator, "refresh", None) is not None:
@@ -128,10 +135,10 @@ class LocalGRPOTrainer:
     # -- the schedule ----------------------------------------------------------------------------------------------
 
     def stage(self, step: int) -> int:
-        return 1 if step <= self.cfg.switch_step else 2
+        return self.rewards.stage(step)
 
     def reward_config(self, step: int) -> RewardConfig:
-        return RewardConfig.preset(self.cfg.stage1_reward if self.stage(step) == 1 else self.cfg.stage2_reward)
+        return self.rewards.config(step)
 
     def _batch_items(self, step: int) -> list[QAItem]:
         """Questions for ``step``: a fixed shuffled order, cycled (so a resumed run continues the same sequence)."""
@@ -170,14 +177,10 @@ class LocalGRPOTrainer:
         trajs = self.rollouts(items)
         t_roll = time.perf_counter() - t0
         groups = [i for i in range(len(items)) for _ in range(self.cfg.group_size)]
-        golds = [items[g].answers for g in groups]
-        rollouts = [Rollout.from_trajectory(t) for t in trajs]
-        rcfg = self.reward_config(step)
-        rewards = batch_rewards(rollouts, golds, rcfg, budget=self.policy.loop["budget"],
-                                cost_table=self.cost_table["ms"] if self.cost_table else None)
+        rollouts, rewards = self.rewards.score(step, [items[g] for g in groups], trajs)
         totals = torch.tensor([r.total for r in rewards], dtype=torch.float32)
         adv = group_advantages(totals, groups).tolist()
-        seqs = [trajectory_tokens(t, self.policy.loop["max_total_tokens"] + 4096) for t in trajs]
+        seqs = [trajectory_tokens(t, self.policy.loop.max_total_tokens + 4096) for t in trajs]
         t1 = time.perf_counter()
         stats = self.update(seqs, adv, groups)
         t_update = time.perf_counter() - t1

@@ -225,7 +225,7 @@ def labelled_plans(items: Sequence[QAItem], rows: Sequence[dict[str, Any]],
     """Each item's warm-start plan (:class:`training.sft.PlannedSearch` steps: the labelled plan's modes, queries and
     the documents its searches showed, read back from the index by id); an empty plan for an item that has no
     outcome row (or whose documents are no longer in the index)."""
-    from routerag.retrieval import RetrievedDoc
+    from routerag.retrieval.types import RetrievedDoc
 
     from .sft import PlannedSearch
 

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from routerag.config import DEFAULT_K
+
 SPLIT_SEED = 0
 POPQA_TRAIN = 300
 
@@ -293,7 +295,8 @@ def comparison_yes_no(rows: Sequence[dict], source: str) -> list[SpanExample]:
     return out
 
 
-def retrieved_documents(index: str | Path, questions: Sequence[str], k: int = 3) -> dict[str, list[tuple[str, str]]]:
+def retrieved_documents(index: str | Path, questions: Sequence[str],
+                        k: int = DEFAULT_K) -> dict[str, list[tuple[str, str]]]:
     """Each question's documents from one graph and one passage search of the question itself."""
     from routerag.retrieval import Retriever
 

@@ -34,18 +34,17 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from graph_index.config import closest_name
 from routerag.config import LOOP_DEFAULTS
 from routerag.metrics import answer_in_documents, exact_match, f1, gen_acc
-
-if TYPE_CHECKING:  # the reward worker needs only the metrics; the loop's types come with the rollout
-    from routerag.policy.types import Summary, Trajectory
+from routerag.policy.types import Summary, Trajectory  # light: the retriever's value types, not the retriever
 
 
 @dataclass(slots=True)
@@ -66,6 +65,15 @@ class Rollout:
     """Every distinct document retrieved, as "title text", in retrieval order (what the retrieval outcome reads)."""
     refused: bool = False
     """The policy refused on its own (``<answer> [refuse] </answer>``): ``answer`` is no answer to score."""
+    question: str | None = None
+    """The question, when the trainer records it (verl's agent loop does): what Gain Beyond RAG's baseline
+    answers when no ``questions`` are passed to :func:`batch_rewards`."""
+    gold_titles: list[str] = field(default_factory=list)
+    """The question's gold supporting titles, when the trainer records them (verl's agent loop does, from the
+    dataset row): what support recall and the stop reward read when no ``gold_titles`` are passed."""
+    baseline_answer: str | None = None
+    """Naive RAG's answer to the same question by the same reader (:mod:`training.baseline`), when the trainer
+    recorded it (verl's agent loop, for Gain Beyond RAG)."""
 
     @classmethod
     def from_summary(cls, summary: Summary) -> Rollout:
@@ -168,17 +176,22 @@ class GainBeyondRAG:
     """s3's reward: GenAcc of the rollout's answer minus GenAcc of naive RAG (top-3 retrieval of the question, then
     the same answer generator), the baseline computed once per question and cached."""
 
-    def __init__(self, baseline: Callable[[str], str], cache: dict[str, str] | None = None) -> None:
+    def __init__(self, baseline: Callable[[str], str | None], cache: dict[str, str | None] | None = None) -> None:
         self.baseline = baseline
-        self.cache: dict[str, str] = cache if cache is not None else {}
+        self.cache: dict[str, str | None] = cache if cache is not None else {}
 
-    def baseline_answer(self, question: str) -> str:
+    def baseline_answer(self, question: str) -> str | None:
         if question not in self.cache:
             self.cache[question] = self.baseline(question)
         return self.cache[question]
 
     def __call__(self, rollout: Rollout, question: str, golds: Sequence[str]) -> float:
-        return gen_acc(rollout.answer, golds) - gen_acc(self.baseline_answer(question), golds)
+        return gain_over_naive_rag(rollout.scored_answer, self.baseline_answer(question), golds)
+
+
+def gain_over_naive_rag(answer: str | None, baseline: str | None, golds: Sequence[str]) -> float:
+    """GenAcc of ``answer`` minus GenAcc of naive RAG's ``baseline`` answer (a refusal's answer scores 0)."""
+    return gen_acc(answer, golds) - gen_acc(baseline, golds)
 
 
 def frugal_stop_reward(rollout: Rollout, gold_titles: Sequence[str], budget: int) -> float:
@@ -232,7 +245,14 @@ def refusal_reward(rollout: Rollout, golds: Sequence[str], correct: float) -> fl
 
 
 class RewardConfig(BaseModel):
-    """Which parts make the reward, and their weights. ``total = correctness-or-efficiency + Σ weighted parts``."""
+    """Which parts make the reward, and their weights. ``total = correctness-or-efficiency + Σ weighted parts``.
+
+    A trainer takes a preset per stage (``train.stage1_reward``, ``train.stage2_reward``) with the fields of
+    ``train.reward_overrides`` laid over both (:meth:`preset`), and passes :func:`batch_rewards` what the chosen
+    parts need (:meth:`needs`): the questions and gold supporting titles of its items, its retriever's query
+    encoder, naive RAG's answers."""
+
+    model_config = ConfigDict(extra="forbid")
 
     stage: Literal[1, 2] = 1
     correctness: Literal["em", "f1", "genacc"] = "em"
@@ -251,9 +271,20 @@ class RewardConfig(BaseModel):
     the staged retrieval-count reward (replaces it too)."""
     beta: float = Field(0.3, ge=0)
     format_weight: float = Field(0.0, ge=0)
+    """Adds ± this for a well-formed rollout (:func:`format_reward`)."""
     duplicate_weight: float = Field(0.0, ge=0)
+    """Subtracts this × the duplicate-query penalty (:func:`duplicate_query_penalty`: the mean pairwise cosine of
+    the rollout's queries, 1 for a query asked twice). Needs ``embed``: the trainers pass their retriever's query
+    encoder (verl's reward function the embedder of ``train.verl``'s launch)."""
     gain_beyond_rag_weight: float = Field(0.0, ge=0)
+    """Adds this × s3's Gain Beyond RAG (:func:`gain_over_naive_rag`: GenAcc of the answer minus GenAcc of naive RAG,
+    the question's top ``k`` documents in ``retrieval.mode`` read by the same reader). Needs the questions and
+    the baseline: the local trainer computes it once per question (:mod:`training.baseline`), verl's agent loop
+    records it in each rollout."""
     stop_weight: float = Field(0.0, ge=0)
+    """Adds this × the FrugalRAG-style stop reward (:func:`frugal_stop_reward`: 1 − searches after the gold
+    evidence was complete / budget; −1 for stopping without it). Needs the gold supporting titles (questions
+    without them score 0) and the loop's budget."""
     time_percentile: float = Field(95.0, gt=0, le=100)
     time_cost: Literal["measured", "table"] = "measured"
     """What the time-efficiency term charges: the measured retrieval time (RouteRAG) or each search's per-mode
@@ -264,7 +295,9 @@ class RewardConfig(BaseModel):
     so found-but-misread evidence earns no bonus for a cheap route (docs/training.md, the 18-step runs)."""
 
     @classmethod
-    def preset(cls, name: str) -> RewardConfig:
+    def preset(cls, name: str, overrides: Mapping[str, Any] | None = None) -> RewardConfig:
+        """The preset ``name`` with ``overrides`` (field → value, e.g. ``{"stop_weight": 0.2}``) laid over it,
+        validated as one config."""
         presets = {
             "routerag-stage1": cls(stage=1, correctness="em", efficiency="none"),
             "routerag-stage2": cls(stage=2, correctness="em", efficiency="routerag_time"),
@@ -281,7 +314,26 @@ class RewardConfig(BaseModel):
         }
         if name not in presets:
             raise ValueError(f"unknown reward preset {name!r}; choose {', '.join(presets)}")
-        return presets[name]
+        if not overrides:
+            return presets[name]
+        for key in overrides:
+            if key not in cls.model_fields:
+                near = closest_name(key, cls.model_fields)
+                raise ValueError(f"train.reward_overrides: {key!r} is no reward setting"
+                                 + (f" (did you mean {near!r}?)" if near else ""))
+        return cls.model_validate({**presets[name].model_dump(), **overrides})
+
+    def needs(self) -> frozenset[str]:
+        """The :func:`batch_rewards` arguments the chosen parts read: ``questions``, ``gold_titles``, ``embed``,
+        ``gain_beyond_rag``, ``cost_table``."""
+        need = {"gold_titles"} if self.retrieval == "support" or self.stop_weight else set()
+        if self.duplicate_weight:
+            need.add("embed")
+        if self.gain_beyond_rag_weight:
+            need |= {"questions", "gain_beyond_rag"}
+        if self.time_cost == "table":
+            need.add("cost_table")
+        return frozenset(need)
 
 
 @dataclass(slots=True)
@@ -297,31 +349,19 @@ def batch_rewards(
     *,
     questions: Sequence[str] | None = None,
     gold_titles: Sequence[Sequence[str]] | None = None,
-    budget: int = LOOP_DEFAULTS["budget"],
+    budget: int = LOOP_DEFAULTS.budget,
     embed: Callable[[list[str]], np.ndarray] | None = None,
     gain_beyond_rag: GainBeyondRAG | None = None,
     cost_table: dict[str, float] | None = None,
 ) -> list[RewardBreakdown]:
     """Score a batch (batch-level parts, like RouteRAG's time reward, need the whole batch). ``cost_table``: ms per
-    search of each mode, for ``time_cost="table"``."""
-    score = CORRECTNESS[cfg.correctness]
-    answer_score = [score(r.scored_answer, g) for r, g in zip(rollouts, golds, strict=True)]
-    if cfg.refusal:
-        answer_score = [refusal_reward(r, g, a) for r, g, a in zip(rollouts, golds, answer_score)]
+    search of each mode, for ``time_cost="table"``. ``questions``, ``gold_titles`` and naive RAG's answers default
+    to what each rollout recorded (:attr:`Rollout.question`, :attr:`~Rollout.gold_titles`,
+    :attr:`~Rollout.baseline_answer`); :meth:`RewardConfig.needs` says which arguments a config reads."""
+    if gold_titles is None and any(r.gold_titles for r in rollouts):
+        gold_titles = [r.gold_titles for r in rollouts]
+    answer_score, found, correct = _correctness(cfg, rollouts, golds, gold_titles)
     em = [exact_match(r.scored_answer, g) for r, g in zip(rollouts, golds)]
-    found: list[float] = []
-    if cfg.retrieval == "answer":
-        found = [answer_in_documents(r.documents, g) for r, g in zip(rollouts, golds)]
-    elif cfg.retrieval == "support":
-        if gold_titles is None:
-            raise ValueError("the support-recall outcome needs the gold supporting titles")
-        found = [support_recall(r, t) for r, t in zip(rollouts, gold_titles, strict=True)]
-    if not found:
-        correct = answer_score
-    elif cfg.retrieval_combine == "max":
-        correct = [max(a, f) for a, f in zip(answer_score, found)]
-    else:
-        correct = [a + cfg.retrieval_weight * f for a, f in zip(answer_score, found)]
     if cfg.time_cost == "table":
         if cost_table is None:
             raise ValueError("time_cost='table' needs a cost_table (ms per search of each mode)")
@@ -344,24 +384,64 @@ def batch_rewards(
             parts["retrieval_outcome"] = found[i]
         if cfg.refusal:
             parts["refused"] = float(r.refused)
+        extra = _weighted_parts(cfg, r, golds[i], questions[i] if questions is not None else r.question,
+                                gold_titles[i] if gold_titles is not None else None, budget=budget, embed=embed,
+                                gain=gain_beyond_rag)
+        parts.update({name: value for name, (value, _) in extra.items()})
         total = base[i]
-        if cfg.format_weight:
-            parts["format"] = format_reward(r, cfg.format_weight)
-            total += parts["format"]
-        if cfg.duplicate_weight:
-            if embed is None:
-                raise ValueError("the duplicate-query penalty needs an embed function")
-            parts["duplicate"] = duplicate_query_penalty(r.queries, embed)
-            total -= cfg.duplicate_weight * parts["duplicate"]
-        if cfg.gain_beyond_rag_weight:
-            if gain_beyond_rag is None or questions is None:
-                raise ValueError("Gain Beyond RAG needs its baseline and the questions")
-            parts["gain_beyond_rag"] = gain_beyond_rag(r, questions[i], golds[i])
-            total += cfg.gain_beyond_rag_weight * parts["gain_beyond_rag"]
-        if cfg.stop_weight:
-            if gold_titles is None:
-                raise ValueError("the stop reward needs the gold supporting titles")
-            parts["stop"] = frugal_stop_reward(r, gold_titles[i], budget)
-            total += cfg.stop_weight * parts["stop"]
+        for _, weighted in extra.values():
+            total += weighted
         out.append(RewardBreakdown(total=float(total), parts=parts))
     return out
+
+
+def _correctness(cfg: RewardConfig, rollouts: Sequence[Rollout], golds: Sequence[Sequence[str]],
+                 gold_titles: Sequence[Sequence[str]] | None) -> tuple[list[float], list[float], list[float]]:
+    """Each rollout's answer score (with the refusal reward, if chosen), retrieval outcome (empty: none chosen) and
+    the two combined: the correctness the efficiency terms start from."""
+    score = CORRECTNESS[cfg.correctness]
+    answer_score = [score(r.scored_answer, g) for r, g in zip(rollouts, golds, strict=True)]
+    if cfg.refusal:
+        answer_score = [refusal_reward(r, g, a) for r, g, a in zip(rollouts, golds, answer_score)]
+    found: list[float] = []
+    if cfg.retrieval == "answer":
+        found = [answer_in_documents(r.documents, g) for r, g in zip(rollouts, golds)]
+    elif cfg.retrieval == "support":
+        if gold_titles is None:
+            raise ValueError("the support-recall outcome needs the gold supporting titles")
+        found = [support_recall(r, t) for r, t in zip(rollouts, gold_titles, strict=True)]
+    if not found:
+        return answer_score, found, answer_score
+    if cfg.retrieval_combine == "max":
+        return answer_score, found, [max(a, f) for a, f in zip(answer_score, found)]
+    return answer_score, found, [a + cfg.retrieval_weight * f for a, f in zip(answer_score, found)]
+
+
+def _weighted_parts(cfg: RewardConfig, r: Rollout, golds: Sequence[str], question: str | None,
+                    gold_titles: Sequence[str] | None, *, budget: int,
+                    embed: Callable[[list[str]], np.ndarray] | None,
+                    gain: GainBeyondRAG | None) -> dict[str, tuple[float, float]]:
+    """The optional parts of one rollout's reward: name → (value, what it adds to the total)."""
+    parts: dict[str, tuple[float, float]] = {}
+    if cfg.format_weight:
+        value = format_reward(r, cfg.format_weight)
+        parts["format"] = (value, value)
+    if cfg.duplicate_weight:
+        if embed is None:
+            raise ValueError("the duplicate-query penalty needs an embed function")
+        value = duplicate_query_penalty(r.queries, embed)
+        parts["duplicate"] = (value, -cfg.duplicate_weight * value)
+    if cfg.gain_beyond_rag_weight:
+        if gain is not None and question is not None:
+            value = gain(r, question, golds)
+        elif r.baseline_answer is not None:
+            value = gain_over_naive_rag(r.scored_answer, r.baseline_answer, golds)
+        else:
+            raise ValueError("Gain Beyond RAG needs its baseline and the questions")
+        parts["gain_beyond_rag"] = (value, cfg.gain_beyond_rag_weight * value)
+    if cfg.stop_weight:
+        if gold_titles is None:
+            raise ValueError("the stop reward needs the gold supporting titles")
+        value = frugal_stop_reward(r, gold_titles, budget)
+        parts["stop"] = (value, cfg.stop_weight * value)
+    return parts

@@ -41,7 +41,7 @@ from routerag.policy.tokens import TokenCounter
 from routerag.prompts import (CHECK_THOUGHTS, COMBINED_THOUGHTS, DEFAULT_INSTRUCTION, FIRST_THOUGHTS,
                               FOUND_THOUGHTS, GUESS_THOUGHTS, NEXT_THOUGHTS, REFUSAL_INSTRUCTION, REFUSE_MARKER,
                               REFUSE_THOUGHT, SEARCH_TAGS, user_message)
-from routerag.retrieval import RetrievalResult, RetrievedDoc
+from routerag.retrieval.types import RetrievalResult, RetrievedDoc
 from routerag.vocabulary import Mode
 
 from .checkpoints import resume_checkpoint, save_checkpoint
@@ -82,7 +82,7 @@ def gold_plan(item: QAItem, docs: Sequence[RetrievedDoc], rng: random.Random) ->
 
 def retrieval_plan(item: QAItem, results: dict[str, RetrievalResult], rng: random.Random,
                    label: str | None = None, *, again: dict[str, RetrievalResult] | None = None,
-                   k: int = LOOP_DEFAULTS["k"], budget: int = 2, extra: bool = False) -> list[PlannedSearch]:
+                   k: int = LOOP_DEFAULTS.k, budget: int = 2, extra: bool = False) -> list[PlannedSearch]:
     """The routing warm start: what the retriever really returns for the question. The first search uses
     ``label`` (the mode whose documents let the reader answer this question, from :func:`training.data.
     routing_labels`; None: a random mode). When its documents miss what the question needs (:func:`needs_more`)
@@ -182,8 +182,8 @@ def refusal_template(template: str) -> str:
 
 
 def found_answer(item: QAItem, plan: Sequence[PlannedSearch], counter: TokenCounter, *,
-                 max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],
-                 k: int = LOOP_DEFAULTS["k"]) -> tuple[RetrievedDoc, str, str] | None:
+                 max_information_tokens: int = LOOP_DEFAULTS.max_information_tokens,
+                 k: int = LOOP_DEFAULTS.k) -> tuple[RetrievedDoc, str, str] | None:
     """:func:`answer_span` over the plan's documents as the policy reads them (each cut to its share of an
     information block), or None when none of them holds a gold answer: a question to guess at, or to refuse."""
     seen = [d for step in plan for d in step.docs]
@@ -198,8 +198,8 @@ def covers_support(item: QAItem, plan: Sequence[PlannedSearch]) -> bool:
 
 
 def unanswered(item: QAItem, plan: Sequence[PlannedSearch], counter: TokenCounter, *,
-               max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],
-               k: int = LOOP_DEFAULTS["k"]) -> bool:
+               max_information_tokens: int = LOOP_DEFAULTS.max_information_tokens,
+               k: int = LOOP_DEFAULTS.k) -> bool:
     """Whether :func:`build_example` ends ``plan`` without an answer (a guess, or with refusals a refusal): no
     document as the policy reads it holds the answer, and the plan did not retrieve every supporting page."""
     return (found_answer(item, plan, counter, max_information_tokens=max_information_tokens, k=k) is None
@@ -208,8 +208,8 @@ def unanswered(item: QAItem, plan: Sequence[PlannedSearch], counter: TokenCounte
 
 def build_example(item: QAItem, plan: Sequence[PlannedSearch], tokenizer: Any, rng: random.Random, *,
                   template: str = DEFAULT_INSTRUCTION,
-                  max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"],
-                  k: int = LOOP_DEFAULTS["k"], refuse: bool = False) -> TokenSequence | None:
+                  max_information_tokens: int = LOOP_DEFAULTS.max_information_tokens,
+                  k: int = LOOP_DEFAULTS.k, refuse: bool = False) -> TokenSequence | None:
     """One warm-start trajectory as tokens with its loss mask (only the policy's own turns are trained), or None
     without searches, or without gold answers unless ``refuse`` (an unanswerable question's trajectory refuses).
     The last turn names the document that holds the answer (``Doc n`` of its information block,

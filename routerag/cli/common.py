@@ -126,7 +126,7 @@ def exit_code(exc: BaseException) -> int:
     from graph_index.config import SettingsError
     from graph_index.layout import IndexNotFoundError
 
-    from ..retrieval.retriever import QueryError
+    from ..retrieval.types import QueryError
 
     usage = (*USAGE_ERRORS, SettingsError, ValidationError, IndexNotFoundError, QueryError)
     return 2 if isinstance(exc, usage) else 1

@@ -94,6 +94,8 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 
 def _type(annotation: Any) -> str:
+    if typing.get_origin(annotation) is typing.Annotated:  # a constrained type (``k``'s): its bounds are pydantic's
+        return _type(typing.get_args(annotation)[0])
     if typing.get_origin(annotation) is typing.Literal:
         return " \\| ".join(f"`{a!r}`".replace("'", '"') for a in typing.get_args(annotation))
     args = typing.get_args(annotation)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import subprocess
@@ -17,8 +16,6 @@ from ..vocabulary import MODES
 from .common import UsageError, console, handle_errors, print_json, setup_logging
 
 log = logging.getLogger(__name__)
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
-"""The demo corpus and its questions, shipped as package data (the smoke preset trains on them)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -28,17 +25,6 @@ def register(app: typer.Typer) -> None:
     app.command("make-questions")(make_questions_cmd)
     app.command("plan-outcomes")(plan_outcomes_cmd)
     app.command("merge-adapter")(merge_cmd)
-
-
-def _sample_index(out: Path) -> Path:
-    """The built-in micro dataset's index (the shipped sample corpus), built once into OUT."""
-    from graph_index.builder import build_index
-    from graph_index.store import MANIFEST
-
-    idx = out / "sample-index"
-    if not (idx / MANIFEST).is_file():
-        build_index([SAMPLES / "corpus.jsonl"], idx, Settings(), force=True, progress=False)
-    return idx
 
 
 @handle_errors
@@ -67,12 +53,39 @@ def train_cmd(
 ) -> None:
     """Two-stage GRPO (RouteRAG): stage 1 rewards correct answers, stage 2 also fast retrieval."""
     setup_logging(verbose or not dry_run)
+    settings = _train_settings(stage, engine, config, questions, model=model, init_adapter=init_adapter, steps=steps,
+                               switch_step=switch_step, batch_size=batch_size, group_size=group_size, lr=lr,
+                               nodes=nodes, gpus_per_node=gpus_per_node)
+    if engine == "verl":
+        _train_verl(settings, out, index, dry_run)
+        return
+    from training.runs import SMOKE_MODEL, smoke_preset, train_local
+
+    from ..runtime import configure_threads
+
+    configure_threads()
+    if settings.train.model == SMOKE_MODEL and not questions and index is None:  # built-in micro dataset
+        index, questions = smoke_preset(settings, out, lr=lr)
+    if index is None or not questions:
+        raise UsageError("the local engine needs --index and --questions (or --model tiny-random for the smoke "
+                         "preset)")
+    history, png = train_local(settings, index, questions, out, limit=limit)
+    console.print(f"[bold green]trained[/] {settings.train.steps} steps → {out}  (reward curve: {png})")
+    if history:
+        last = history[-1]
+        console.print(json.dumps({k: last[k] for k in ("step", "stage", "reward", "em", "format_ok", "searches",
+                                                       "retrieval_ms", "kl")}))
+
+
+def _train_settings(stage: int, engine: str, config: Path | None, questions: list[Path] | None, *,
+                    model: str | None, init_adapter: str | None, batch_size: int | None, nodes: int | None,
+                    gpus_per_node: int | None, **flags: object) -> Settings:
+    """``[train]`` from the flags over the config file; verl's model and batch go to ``train.verl``."""
     if stage not in (1, 2):
         raise UsageError("--stage must be 1 or 2")
     if engine not in ("local", "verl"):
         raise UsageError("--engine must be local or verl")
-    overrides = {"engine": engine, "model": model, "init_adapter": init_adapter, "steps": steps,
-                 "switch_step": switch_step, "batch_size": batch_size, "group_size": group_size, "lr": lr}
+    overrides = {"engine": engine, "model": model, "init_adapter": init_adapter, "batch_size": batch_size, **flags}
     if engine == "verl":
         if init_adapter:
             raise UsageError("the verl engine trains full weights: merge the adapter into its base first "
@@ -83,47 +96,15 @@ def train_cmd(
                              "train_batch_size": batch_size,
                              "train_files": [str(q) for q in questions] if questions else None}
     settings = load_settings(Settings, config, train=overrides)
-    tcfg = settings.train
     if stage == 1:
-        tcfg.switch_step = tcfg.steps  # never switch
-    if engine == "verl":
-        _train_verl(settings, out, index, dry_run)
-        return
-    from ..runtime import configure_threads
-
-    configure_threads()
-    tiny = tcfg.model == "tiny-random"
-    if tiny and not questions and index is None:  # the smoke preset: built-in micro dataset
-        index = _sample_index(out)
-        questions = [SAMPLES / "questions.jsonl"]
-        tcfg.batch_size, tcfg.group_size = min(tcfg.batch_size, 2), min(tcfg.group_size, 2)
-        tcfg.max_turn_tokens, tcfg.max_total_tokens, tcfg.micro_batch_size = 24, 160, 4
-        tcfg.lr = lr or 1e-3
-    if index is None or not questions:
-        raise UsageError("the local engine needs --index and --questions (or --model tiny-random for the smoke "
-                         "preset)")
-    from training.data import load_training_items
-    from training.local_trainer import METRICS, LocalGRPOTrainer
-    from training.plots import plot_training
-
-    items = [it for q in questions for it in load_training_items(q, limit=limit)]
-    trainer = LocalGRPOTrainer(settings, index, items, out)
-    history = trainer.train()
-    png = plot_training(out / METRICS, out / "reward_curve.png")
-    last = history[-1] if history else {}
-    console.print(f"[bold green]trained[/] {tcfg.steps} steps → {out}  (reward curve: {png})")
-    if last:
-        console.print(json.dumps({k: last[k] for k in ("step", "stage", "reward", "em", "format_ok", "searches",
-                                                       "retrieval_ms", "kl")}))
+        settings.train.switch_step = settings.train.steps  # never switch
+    return settings
 
 
 def _train_verl(settings: Settings, out: Path, index: Path | None, dry_run: bool) -> None:
-    from training.verl_plugin.launch import prepare_launch
+    from training.runs import verl_launch
 
-    from ..policy.card import training_policy
-
-    plan = prepare_launch(settings.train, out, index_dir=str(index) if index else None, retrieval=settings.retrieval,
-                          loop=training_policy(settings).loop)
+    plan = verl_launch(settings, out, index)
     if dry_run:
         console.print("[bold]command[/]")
         print(plan["shell"])
@@ -141,6 +122,23 @@ def _train_verl(settings: Settings, out: Path, index: Path | None, dry_run: bool
     raise typer.Exit(subprocess.call(plan["command"]))
 
 
+_ROUTES_FROM = ("A `routerag eval --modes naive-passage,naive-graph,naive-hybrid` folder of these questions (repeat "
+                "for several question files): each question's first search uses the mode whose documents served the "
+                "reader best; where its documents miss what the question needs (the answer; a multi-hop question's "
+                "supporting page), the question is searched again in the cheapest mode whose documents add it "
+                "(implies --plan retrieval).")
+_PLANS_FROM = ("A `routerag plan-outcomes` file of these questions (repeat for several): each question's trajectory "
+               "is the cheapest measured plan that got its best outcome (one search per mode, a bridge second search, "
+               "a search per compared entity), with the documents it showed; questions without a row are left out "
+               "(implies --plan retrieval).")
+_REFUSALS = ("A question whose answer none of the retrieved documents holds ends with a refusal "
+             "(an answer that is the refusal marker, refuse in square brackets) instead of a guess, under an "
+             "instruction that states the convention, recorded in the policy card (implies --plan retrieval).")
+_EXTRA_SEARCHES = ("Share of questions (drawn with the seed) whose trajectory searches again although the first "
+                   "search found what they need: an over-retrieving warm start, for showing what stage 2's cost term "
+                   "removes (implies --plan retrieval).")
+
+
 @handle_errors
 def sft_cmd(
     index: Annotated[Path, typer.Option(help="Index: retrieval for the routing plan; gold passages' text by title; "
@@ -154,26 +152,10 @@ def sft_cmd(
     plan: Annotated[str, typer.Option(help="gold: the gold passages as if retrieved, random modes (format only); "
                                            "retrieval: what the retriever returns for the question, in the labelled "
                                            "mode (--routes-from) or a random one.")] = "gold",
-    routes_from: Annotated[Optional[list[Path]], typer.Option(
-        help="A `routerag eval --modes naive-passage,naive-graph,naive-hybrid` folder of these questions (repeat "
-             "for several question files): each question's first search uses the mode whose documents served the "
-             "reader best; where its documents miss what the question needs (the answer; a multi-hop question's "
-             "supporting page), the question is searched again in the cheapest mode whose documents add it "
-             "(implies --plan retrieval).")] = None,
-    plans_from: Annotated[Optional[list[Path]], typer.Option(
-        help="A `routerag plan-outcomes` file of these questions (repeat for several): each question's trajectory "
-             "is the cheapest measured plan that got its best outcome (one search per mode, a bridge second search, "
-             "a search per compared entity), with the documents it showed; questions without a row are left out "
-             "(implies --plan retrieval).")] = None,
-    refusals: Annotated[bool, typer.Option(
-        "--refusals", help="A question whose answer none of the retrieved documents holds ends with a refusal "
-                           "(an answer that is the refusal marker, refuse in square brackets) instead of a guess, under an instruction that states the "
-                           "convention, recorded in the policy card (implies --plan retrieval).")] = False,
-    extra_searches: Annotated[float, typer.Option(
-        min=0.0, max=1.0,
-        help="Share of questions (drawn with the seed) whose trajectory searches again although the first search "
-             "found what they need: an over-retrieving warm start, for showing what stage 2's cost term removes "
-             "(implies --plan retrieval).")] = 0.0,
+    routes_from: Annotated[Optional[list[Path]], typer.Option(help=_ROUTES_FROM)] = None,
+    plans_from: Annotated[Optional[list[Path]], typer.Option(help=_PLANS_FROM)] = None,
+    refusals: Annotated[bool, typer.Option("--refusals", help=_REFUSALS)] = False,
+    extra_searches: Annotated[float, typer.Option(min=0.0, max=1.0, help=_EXTRA_SEARCHES)] = 0.0,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Build the examples, print their counts and write them to OUT/warm_start_examples.jsonl; "
                           "train nothing.")] = False,
@@ -183,106 +165,26 @@ def sft_cmd(
     """Warm start (FrugalRAG): teach the search format, and with routing labels which mode suits which question,
     from trajectories built on gold passages or on real retrieval. Writes OUT/adapter with its policy card."""
     setup_logging(True)
-    import random
-
-    from training.data import load_training_items, routing_labels
     from training.models import load_policy
-    from training.sft import (build_example, gold_documents, gold_plan, refusal_template, retrieval_plan, train_sft,
-                              unanswered)
+    from training.warm_start import WarmStartOptions, prepare_warm_start, train_warm_start, write_examples
 
-    from ..policy.card import card_for, training_policy, write_card
-    from ..policy.tokens import TokenCounter
     from ..runtime import configure_threads
 
     if plan not in ("gold", "retrieval"):
         raise UsageError("--plan must be gold or retrieval")
-    plan = "retrieval" if routes_from or plans_from or refusals or extra_searches else plan
+    opts = WarmStartOptions(plan=plan, routes_from=list(routes_from or []),  # type: ignore[arg-type]
+                            plans_from=list(plans_from or []), refusals=refusals, extra_searches=extra_searches,
+                            limit=limit)
     configure_threads()
     settings = load_settings(Settings, config, train={"model": model})
-    policy = training_policy(settings)  # the loop (and prompt) the policy will run with, recorded in its card
-    if refusals:  # the instruction must state the convention, and the card must carry that instruction
-        policy = dataclasses.replace(policy, template=refusal_template(policy.template))
-    labels = {qid: mode for folder in routes_from or [] for qid, mode in routing_labels(folder).items()}
-    items = [it for q in questions for it in load_training_items(q, limit=limit)]
-    rng = random.Random(settings.train.seed)
-    k, info = policy.loop["k"], policy.loop["max_information_tokens"]
-    if plan == "gold":
-        from graph_index.store import IndexData
-
-        texts: dict[str, str] = {}
-        for p in IndexData(index).passages:
-            texts.setdefault(p.title, p.text)
-        plans = [gold_plan(it, gold_documents(it, texts), rng) if gold_documents(it, texts) else [] for it in items]
-    elif plans_from:
-        from contextlib import ExitStack
-
-        from graph_index.store import IndexData
-        from training.outcomes import labelled_plans, read_outcomes
-
-        rows = [r for f in plans_from for r in read_outcomes(f)]
-        # the documents are read back from the index each row was measured over (else --index)
-        folders = dict.fromkeys([index, *(Path(r["index"]) for r in rows if r.get("index"))])
-        with ExitStack() as stack:
-            passages = [p for f in folders for p in stack.enter_context(IndexData(f)).passages]
-            plans = labelled_plans(items, rows, passages)
-        log.info("%d of %d questions have a measured plan", sum(1 for p in plans if p), len(items))
-    else:
-        from ..retrieval import Retriever
-
-        retriever = Retriever(index, settings.retrieval)
-        asked = [it.question for it in items]
-        results = {m: retriever.search(asked, mode=m, k=k) for m in MODES}
-        # the loop's fresh_documents: a second search asks for k more and leaves the first k out
-        again = {m: retriever.search(asked, mode=m, k=2 * k) for m in MODES} if policy.loop["fresh_documents"] \
-            else None
-        # its own generator: the plans' and examples' draws stay what they were without extra searches
-        draw = random.Random(f"extra-searches-{settings.train.seed}")
-        extra = [extra_searches > 0 and draw.random() < extra_searches for _ in items]
-        plans = [retrieval_plan(it, {m: results[m][i] for m in MODES}, rng, labels.get(it.id), k=k,
-                                again={m: again[m][i] for m in MODES} if again else None,
-                                budget=policy.loop["budget"], extra=extra[i])
-                 for i, it in enumerate(items)]
     model_, tok = load_policy(settings.train)
-    built = [(it, pl, ex) for it, pl in zip(items, plans)
-             if (ex := build_example(it, pl, tok, rng, template=policy.template, max_information_tokens=info, k=k,
-                                     refuse=refusals))]
-    examples = [ex for _, _, ex in built]
-    if not examples:
-        raise ValueError("no usable examples: the questions need answers (and, for --plan gold, supporting passages "
-                         "found in the index)")
-    counter = TokenCounter(tok)
-    refused = (sum(1 for it, pl in zip(items, plans)
-                   if pl and unanswered(it, pl, counter, max_information_tokens=info, k=k))
-               if refusals else 0)
-    first = [pl[0].mode for pl in plans if pl]
-    second = [pl[1].mode for pl in plans if len(pl) > 1]
-    console.print(f"{len(examples)} warm-start examples from {len(items)} questions ({plan} plan; first searches: "
-                  + ", ".join(f"{m} {first.count(m)}" for m in MODES)
-                  + "; second searches: " + ", ".join(f"{m} {second.count(m)}" for m in MODES)
-                  + (f"; {len(labels)} routing labels" if labels else "")
-                  + (f"; {sum(1 for p in plans if p)} measured plans" if plans_from else "")
-                  + (f"; {refused} end with a refusal" if refusals else "") + ")")
+    data = prepare_warm_start(settings, index, questions, opts, tok)
+    console.print(data.summary())
     if dry_run:  # the data only, to read before an hour of training
-        from graph_index.atomic import write_text_atomic
-
-        out.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(out / "warm_start_examples.jsonl", "".join(
-            json.dumps({"id": it.id, "type": it.meta.get("type") or it.meta.get("prop"),
-                        "searches": [[p.mode, p.query] for p in pl], "text": tok.decode(ex.ids)}) + "\n"
-            for it, pl, ex in built))
-        console.print(f"dry run: examples in {out / 'warm_start_examples.jsonl'}; nothing trained")
+        path = write_examples(data, tok, out)
+        console.print(f"dry run: examples in {path}; nothing trained")
         return
-    card = card_for(policy, {"by": "routerag train-sft", "model": settings.train.model, "plan": plan,
-                             "routes_from": [str(p) for p in routes_from] if routes_from else None,
-                             "plans_from": [str(p) for p in plans_from] if plans_from else None, "refusals": refusals,
-                             "refusal_examples": refused, "extra_searches": extra_searches,
-                             "examples": len(examples), "epochs": epochs, "lr": lr})
-    hist = train_sft(model_, tok, examples, out, epochs=epochs, lr=lr, card=card, seed=settings.train.seed)
-    folder = out / "adapter"
-    write_card(folder, card)
-    from training.plots import plot_sft
-
-    plot_sft(out / "sft_metrics.jsonl", out / "sft_loss.png")
+    folder, hist = train_warm_start(data, model_, tok, settings, out, opts, epochs=epochs, lr=lr)
     console.print(f"[bold green]saved[/] {folder}  (final loss {hist[-1]['loss'] if hist else float('nan'):.4f}; curve: "
                   f"{out / 'sft_loss.png'})")
 

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from graph_index.corpus import content_hash
 from ..datasets import DatasetError, QAItem
 from ..metrics import answer_in_documents, exact_match, f1, gen_acc
-from ..retrieval import RetrievedDoc
+from ..retrieval.types import RetrievedDoc
 from ..vocabulary import MODES
 from ..policy.types import Summary
 from .strategies import NO_RETRIEVAL

@@ -35,7 +35,7 @@ from ..vocabulary import ASK_MODES, MODES, AskMode, Mode
 
 if TYPE_CHECKING:
     from ..engine import Engine
-    from ..retrieval import RetrievalResult
+    from ..retrieval.types import RetrievalResult
 
 Strategy = Literal[AskMode, "naive-rag", "naive-passage", "naive-graph", "naive-hybrid", "two-search",
                    "no-retrieval"]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..retrieval import RetrievedDoc
+from ..retrieval.types import RetrievedDoc
 from ..vocabulary import ReaderPrompt
 from .parsing import close_stop
 from ..prompts import DIRECT_TEMPLATE, DOCUMENTS_TEMPLATE, FEWSHOT_READER, format_documents

@@ -5,7 +5,8 @@ A policy trained with 2 searches, 256-token information blocks and 96-token turn
 way). So every trainer writes ``routerag_policy.json`` into the adapter or model folder it saves, the shipped router
 carries one, and ``serve``, ``ask``, ``eval`` and ``train`` fill every loop setting the user left unset from it.
 
-Precedence, highest first: flag > environment > TOML file > the policy's card > :data:`routerag.config.LOOP_DEFAULTS`.
+Precedence, highest first: flag > environment > TOML file > the policy's card > :class:`routerag.config.Loop`'s
+defaults.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from graph_index.atomic import write_text_atomic
 
-from ..config import EMBEDDED_POLICY, EMBEDDED_ROUTER, GeneratorConfig, LoopSettings
+from ..config import EMBEDDED_POLICY, EMBEDDED_ROUTER, GeneratorConfig, Loop, LoopSettings
 from ..vocabulary import ReaderKind, ReaderPrompt
 from ..prompts import DEFAULT_INSTRUCTION, load_template
 
@@ -54,7 +55,7 @@ class PolicyCard(BaseModel):
 class ResolvedPolicy:
     """Every loop setting decided: the user's where set, else the card's, else the built-in default."""
 
-    loop: dict[str, Any]
+    loop: Loop
     template: str
     reader: ReaderKind
     reader_prompt: ReaderPrompt
@@ -133,6 +134,6 @@ def resolve_with(policy: Any, card: PolicyCard | None, folder: str | Path | None
 
 def card_for(resolved: ResolvedPolicy, trained: dict[str, Any] | None = None) -> PolicyCard:
     """The card a trainer writes beside the weights it saves: the loop it trained with."""
-    return PolicyCard(loop=LoopSettings(**resolved.loop), template=resolved.template, reader=resolved.reader,
+    return PolicyCard(loop=LoopSettings.of(resolved.loop), template=resolved.template, reader=resolved.reader,
                       reader_prompt=resolved.reader_prompt, short_answer=resolved.short_answer,
                       trained=dict(trained or {}))

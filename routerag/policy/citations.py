@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..metrics import normalize_answer
-from ..retrieval import RetrievedDoc
+from ..retrieval.types import RetrievedDoc
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 

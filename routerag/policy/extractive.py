@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..retrieval import RetrievedDoc
+from ..retrieval.types import RetrievedDoc
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
 

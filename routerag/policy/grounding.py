@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..metrics import normalize_answer
-from ..retrieval import RetrievedDoc
+from ..retrieval.types import RetrievedDoc
 
 QuerySource = Literal["question", "question_span", "title", "entity", "noun_chunk"]
 """Where a grounded query came from."""

@@ -28,11 +28,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..config import LOOP_DEFAULTS
+from ..config import Loop
 from ..prompts import (BUDGET_NOTICE, BUDGET_NOTICE_TEXT, DEFAULT_INSTRUCTION, INFORMATION_BLOCK, INVALID_NOTICE,
                        REFUSAL_ANSWER, SEARCH_FAILED_NOTICE, format_documents, user_message)
-from ..retrieval import QueryError, RetrievalResult, RetrievedDoc
-from ..vocabulary import Mode, QueryMode, ReaderPrompt, SegmentKind
+from ..retrieval.types import QueryError, RetrievalResult, RetrievedDoc
+from ..vocabulary import Mode, ReaderPrompt, SegmentKind
 from .answering import Reader
 from .grounding import ground, rewrite_search
 from .parsing import STOP_STRINGS, Action, close_stop, is_refusal, parse_turn
@@ -52,18 +52,11 @@ ANSWER_PEEK_TOKENS = 5
 EventSink = Callable[[Event], Awaitable[None] | None]
 
 
-@dataclass(slots=True)
-class LoopConfig:
-    """One trajectory's rules. The seven loop settings are documented, and their defaults set, once, in
-    :class:`routerag.config.LoopSettings` / :data:`~routerag.config.LOOP_DEFAULTS`."""
+@dataclass(frozen=True, slots=True)
+class LoopConfig(Loop):
+    """One trajectory's rules: the loop settings (:class:`~routerag.config.Loop`, documented with their bounds in
+    :class:`~routerag.config.LoopSettings`) and what runs them: the template, the reader, a forced mode."""
 
-    budget: int = LOOP_DEFAULTS["budget"]
-    k: int = LOOP_DEFAULTS["k"]
-    max_information_tokens: int = LOOP_DEFAULTS["max_information_tokens"]
-    max_turn_tokens: int = LOOP_DEFAULTS["max_turn_tokens"]
-    max_total_tokens: int = LOOP_DEFAULTS["max_total_tokens"]
-    max_invalid: int = LOOP_DEFAULTS["max_invalid"]
-    fresh_documents: bool = LOOP_DEFAULTS["fresh_documents"]
     force_mode: Mode | None = None
     """Use this retrieval mode for every search whatever the policy wrote (RouteRAG's Table 2 ablations)."""
     temperature: float | None = None
@@ -78,9 +71,6 @@ class LoopConfig:
     "extractive"``: it answers instead of ``answer_generator``."""
     short_answer: bool = False
     """Cut the final answer to the span of the retrieved documents it names (:mod:`.short_answer`)."""
-    query: QueryMode = LOOP_DEFAULTS["query"]
-    """``grounded``: a query outside the question and the spans of the documents shown is replaced by the closest
-    allowed one (:mod:`.grounding`); ``free``: searched as written."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

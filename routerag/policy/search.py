@@ -8,7 +8,8 @@ import threading
 import httpx
 
 from ..batching import MicroBatcher
-from ..retrieval import QueryError, RetrievalResult, Retriever
+from ..retrieval import Retriever
+from ..retrieval.types import QueryError, RetrievalResult
 from ..retrieval.shards import ShardedRetriever, parse_document, refusal, retrieve_url
 from ..vocabulary import Mode
 

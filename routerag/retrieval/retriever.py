@@ -38,47 +38,14 @@ from .fact_filter import LLMFactFilter
 from .facts import FactScorer, FaissFactScorer, top_rows
 from .fusion import reciprocal_rank_fusion
 from .ppr import PPRSolver, igraph_ppr
+from .types import QueryError, RetrievalResult, RetrievedDoc
+
+__all__ = ["QueryError", "RetrievalResult", "RetrievedDoc", "Retriever"]  # the value types are re-exported for
+# code written when they lived here (they are defined in .types, which imports nothing heavy)
 
 log = logging.getLogger(__name__)
 
 single_threaded_after_fork()  # a forked child of a process that searched must not wait on the parent's thread teams
-
-
-class QueryError(ValueError):
-    """A query the retriever cannot take (empty, too long, unknown mode)."""
-
-
-@dataclass(slots=True)
-class RetrievedDoc:
-    id: str
-    title: str
-    text: str
-    score: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "text": self.text, "score": round(self.score, 6)}
-
-
-@dataclass(slots=True)
-class RetrievalResult:
-    query: str
-    mode: Mode
-    docs: list[RetrievedDoc]
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    """Per stage; in a batch each stage's time is shared equally by its queries."""
-    facts: list[tuple[tuple[str, str, str], float]] = field(default_factory=list)
-    """Graph and hybrid modes: the facts that seeded the PageRank, with their normalised scores."""
-    fallback: str | None = None
-    """Why graph seeding fell back, if it did (e.g. no fact links to an entity)."""
-    shards: list[Any] = field(default_factory=list)
-    """Sharded retrieval (:mod:`routerag.retrieval.shards`): how each shard answered the fan-out."""
-
-    @property
-    def ms(self) -> float:
-        return round(sum(self.timings_ms.values()), 3)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"query": self.query, "mode": self.mode, "docs": [d.to_json() for d in self.docs], "ms": self.ms}
 
 
 @dataclass(slots=True)
@@ -282,7 +249,7 @@ class Retriever:
         else:
             ranked = []
             for pl, gl in zip(passage_lists, graph_lists):
-                fused = reciprocal_rank_fusion([[i for i, _ in pl], [i for i, _ in gl]], k=self.cfg.rrf_k)
+                fused = reciprocal_rank_fusion([[i for i, _ in pl], [i for i, _ in gl]], rrf_k=self.cfg.rrf_k)
                 ranked.append([(int(i), s) for i, s in fused[:k]])
         timings["fuse"] = _ms(t)
         per_query = {name: round(v / b, 3) for name, v in timings.items()}

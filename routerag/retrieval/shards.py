@@ -26,9 +26,10 @@ from typing import Any
 
 import httpx
 
+from ..config import RRF_K
 from ..vocabulary import Mode
 from .fusion import reciprocal_rank_fusion
-from .retriever import QueryError, RetrievalResult, RetrievedDoc
+from .types import QueryError, RetrievalResult, RetrievedDoc
 
 
 class ShardsUnavailable(RuntimeError):
@@ -85,7 +86,7 @@ def parse_document(item: Any) -> RetrievedDoc:
     return RetrievedDoc(str(item.get("id", "")), str(title), str(text), score)
 
 
-def merge(per_shard: list[list[RetrievedDoc]], mode: Mode, k: int, rrf_k: int = 60) -> list[RetrievedDoc]:
+def merge(per_shard: list[list[RetrievedDoc]], mode: Mode, k: int, rrf_k: int = RRF_K) -> list[RetrievedDoc]:
     """One query's documents from every shard that answered, as one ranking of ``k`` (see the module's notes)."""
     if mode == "passage":
         seen: dict[str, RetrievedDoc] = {}
@@ -104,7 +105,7 @@ def merge(per_shard: list[list[RetrievedDoc]], mode: Mode, k: int, rrf_k: int = 
             by_key.setdefault(key, d)
             keys.append(key)
         rankings.append(keys)
-    fused = reciprocal_rank_fusion(rankings, k=rrf_k)[:k]
+    fused = reciprocal_rank_fusion(rankings, rrf_k=rrf_k)[:k]
     return [RetrievedDoc(by_key[key].id, by_key[key].title, by_key[key].text, score)  # type: ignore[index]
             for key, score in fused]
 
@@ -113,7 +114,7 @@ class ShardedRetriever:
     """Concurrent ``/retrieve`` calls to every shard, with a timeout each, merged per query."""
 
     def __init__(self, urls: list[str], *, api_key: str | None = None, timeout_s: float = 5.0,
-                 rrf_k: int = 60) -> None:
+                 rrf_k: int = RRF_K) -> None:
         if not urls:
             raise ValueError("sharded retrieval needs at least one shard URL")
         self.urls = [retrieve_url(u) for u in urls]

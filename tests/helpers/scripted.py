@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 from routerag.prompts import chatml
 from routerag.policy.types import Generation, GenerationRequest
-from routerag.retrieval import RetrievalResult, RetrievedDoc
+from routerag.retrieval.types import RetrievalResult, RetrievedDoc
 from routerag.vocabulary import Mode
 
 

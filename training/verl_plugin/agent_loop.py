@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -22,9 +23,12 @@ from routerag.config import LoopSettings, RetrievalConfig
 from routerag.policy import LoopConfig, PolicyLoop
 from routerag.policy.search import HTTPSearch, LocalSearch
 from routerag.policy.types import SearchBackend, Trajectory
+from routerag.policy.answering import Reader
+from training.baseline import baseline_reader, naive_rag_answer
 from training.rewards import Rollout
 
 from .generator import VerlServerGenerator
+from .reward import supporting_titles
 
 _SEARCH_BACKENDS: dict[tuple[Any, ...], SearchBackend] = {}
 
@@ -75,14 +79,20 @@ def response_tokens(traj: Trajectory, limit: int) -> tuple[list[int], list[int],
     return ids[:limit], mask[:limit], logprobs[:limit]
 
 
+_BASELINES: dict[tuple[str, str, int], str | None] = {}
+"""Naive RAG's answer per (question, mode, k) in this worker: computed once, as the local trainer's is."""
+
+
 class RouteRAGAgentLoop(AgentLoopBase):
     """Our policy loop behind verl's agent-loop interface (keyword arguments come from the YAML entry)."""
 
-    def __init__(self, *args: Any, loop: dict[str, int] | DictConfig | None = None, retriever_url: str | None = None,
+    def __init__(self, *args: Any, loop: dict[str, Any] | DictConfig | None = None, retriever_url: str | None = None,
                  retriever_api_key_env: str | None = None, index_dir: str | None = None,
                  retrieval: dict[str, Any] | DictConfig | None = None, fact_filter_api_key_env: str | None = None,
-                 **kwargs: Any) -> None:
+                 baseline: dict[str, Any] | DictConfig | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.baseline = dict(baseline) if baseline else None
+        """``{"mode", "k"}``: record naive RAG's answer in every rollout (Gain Beyond RAG); None: not needed."""
         self.loop_settings = LoopSettings(**dict(loop or {})).resolve()
         """The resolved loop settings the launcher wrote (the trainer's, else the warm start's card)."""
         self.search = search_backend(retriever_url=retriever_url, retriever_api_key_env=retriever_api_key_env,
@@ -105,13 +115,17 @@ class RouteRAGAgentLoop(AgentLoopBase):
 
         generator = VerlServerGenerator(self.server_manager, self.tokenizer, sampling_params, uuid.uuid4().hex,
                                         on_output=keep_steps)
-        settings = {**self.loop_settings,
-                    "max_total_tokens": min(self.loop_settings["max_total_tokens"], self.response_length)}
+        settings = replace(self.loop_settings,
+                           max_total_tokens=min(self.loop_settings.max_total_tokens, self.response_length))
         # temperature None: verl's sampling parameters decide (temperature 1 to train, greedy to validate)
         loop = PolicyLoop(generator, self.search, LoopConfig(**settings, temperature=None))
         traj = await loop.run(question, prompt=(prompt_text, list(prompt_ids)))
         ids, mask, logprobs = response_tokens(traj, self.response_length)
         rollout = Rollout.from_trajectory(traj)
+        # what the reward parts read besides the trajectory: the question, its gold pages, naive RAG's answer
+        rollout.question, rollout.gold_titles = question, supporting_titles(extra)
+        if self.baseline is not None:
+            rollout.baseline_answer = await self.naive_rag(generator, question)
         return AgentLoopOutput(
             prompt_ids=list(prompt_ids), response_ids=ids, response_mask=mask,
             response_logprobs=logprobs if sampling_params.get("logprobs") else None,
@@ -122,3 +136,11 @@ class RouteRAGAgentLoop(AgentLoopBase):
                           "searches": traj.searches, "global_steps": kwargs.get("global_steps"),
                           "turn_scores": [], "tool_rewards": []})
 
+    async def naive_rag(self, generator: VerlServerGenerator, question: str) -> str | None:
+        """Naive RAG's answer to ``question`` by the policy reading the top ``k`` (:mod:`training.baseline`)."""
+        assert self.baseline is not None
+        key = (question, str(self.baseline["mode"]), int(self.baseline["k"]))
+        if key not in _BASELINES:
+            _BASELINES[key] = await naive_rag_answer(baseline_reader(Reader(None), generator), self.search, question,
+                                                     mode=key[1], k=key[2])  # type: ignore[arg-type]
+        return _BASELINES[key]

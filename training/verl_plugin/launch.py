@@ -14,6 +14,7 @@ library, so paths with quotes, commas or spaces arrive intact.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import sys
@@ -22,7 +23,9 @@ from typing import Any
 
 import yaml
 
-from routerag.config import RetrievalConfig, TrainConfig
+from graph_index.config import EmbedderConfig
+from routerag.config import Loop, RetrievalConfig, TrainConfig
+from training.rewards import RewardConfig
 
 PLUGIN_DIR = Path(__file__).resolve().parent
 AGENT_NAME = "routerag_agent"
@@ -107,7 +110,7 @@ def _yaml_safe(value: Any) -> Any:
 # -- the agent-loop registration and the overrides ------------------------------------------------------------------
 
 def agent_loop_config(cfg: TrainConfig, index_dir: str | None, retrieval: RetrievalConfig | None = None,
-                      loop: dict[str, int] | None = None) -> list[dict[str, Any]]:
+                      loop: Loop | None = None) -> list[dict[str, Any]]:
     """verl's agent-loop registry entry (``agent_loop_config_path``): verl instantiates ``_target_`` with these
     keys as keyword arguments. ``loop`` is the resolved loop settings (budget, k, token limits; None: ``cfg``'s over
     the defaults), passed whole, so the rollouts run the loop the local trainer and the server run. A remote
@@ -129,11 +132,14 @@ def agent_loop_config(cfg: TrainConfig, index_dir: str | None, retrieval: Retrie
         entry["fact_filter_api_key_env"] = FACT_FILTER_KEY_ENV
     else:
         raise ValueError("the verl engine needs an index (--index) or a retriever URL (train.verl.retriever_url)")
+    stages = [RewardConfig.preset(name, cfg.reward_overrides) for name in (cfg.stage1_reward, cfg.stage2_reward)]
+    if any("gain_beyond_rag" in c.needs() for c in stages):  # Gain Beyond RAG: the rollouts record naive RAG's answer
+        entry["baseline"] = {"mode": (retrieval or RetrievalConfig()).mode, "k": entry["loop"]["k"]}
     return [entry]
 
 
 def agent_loop_yaml(cfg: TrainConfig, index_dir: str | None, retrieval: RetrievalConfig | None = None,
-                    loop: dict[str, int] | None = None) -> str:
+                    loop: Loop | None = None) -> str:
     return yaml.safe_dump(_yaml_safe(agent_loop_config(cfg, index_dir, retrieval, loop)), sort_keys=False,
                           allow_unicode=True)
 
@@ -213,22 +219,44 @@ def _data_path(path: str) -> str:
     return path if "://" in path else str(Path(path).expanduser().resolve())
 
 
-def build_overrides(cfg: TrainConfig, out: Path, agent_yaml: Path) -> list[str]:
+def reward_part_overrides(cfg: TrainConfig, loop: Loop, embedder: EmbedderConfig | None) -> dict[str, Any]:
+    """``train.reward_overrides`` for verl's per-rollout reward function and for the stage-2 rescoring, with what
+    the chosen parts read there: the loop's budget (the stop reward) and the query encoder's settings (the
+    duplicate-query penalty; secrets are left out: an OpenAI-compatible embedder reads its key from its
+    environment variable). None without overrides: the presets alone need neither."""
+    if not cfg.reward_overrides:
+        return {}
+    overrides = json.dumps(cfg.reward_overrides, sort_keys=True)
+    stages = [RewardConfig.preset(name, cfg.reward_overrides) for name in (cfg.stage1_reward, cfg.stage2_reward)]
+    fn = "+reward.custom_reward_function.reward_kwargs"
+    pairs: dict[str, Any] = {f"{fn}.overrides": overrides, "routerag.reward_overrides": overrides,
+                             f"{fn}.budget": loop.budget, "routerag.budget": loop.budget}
+    if any("embed" in c.needs() for c in stages):
+        fields = json.dumps((embedder or EmbedderConfig()).model_dump(mode="json", exclude={"api_key"}))
+        pairs.update({f"{fn}.embedder": fields, "routerag.embedder": fields})
+    return pairs
+
+
+def build_overrides(cfg: TrainConfig, out: Path, agent_yaml: Path, loop: Loop | None = None,
+                    embedder: EmbedderConfig | None = None) -> list[str]:
     """``key=value`` strings in Hydra's grammar, then the user's ``train.verl.extra_overrides`` verbatim."""
     pairs = recipe_overrides(cfg, out, agent_yaml)
+    pairs.update(reward_part_overrides(cfg, loop if loop is not None else cfg.resolve(), embedder))
     return [f"{key}={hydra_value(value)}" for key, value in pairs.items()] + list(cfg.verl.extra_overrides)
 
 
 def prepare_launch(cfg: TrainConfig, out: str | Path, *, index_dir: str | None,
-                   retrieval: RetrievalConfig | None = None, loop: dict[str, int] | None = None) -> dict[str, Any]:
+                   retrieval: RetrievalConfig | None = None, loop: Loop | None = None,
+                   embedder: EmbedderConfig | None = None) -> dict[str, Any]:
     """Write the agent-loop YAML into OUT and return the command and the overrides.
     ``retrieval`` is the user's ``Settings.retrieval`` (in-process retrieval uses it; None: the defaults); ``loop``
-    the resolved loop settings (:func:`routerag.policy.card.training_policy`)."""
+    the resolved loop settings (:func:`routerag.policy.card.training_policy`); ``embedder`` the query encoder's
+    settings (the duplicate-query penalty)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     agent_yaml = out / "agent_loops.yaml"
     agent_yaml.write_text(agent_loop_yaml(cfg, index_dir, retrieval, loop), encoding="utf-8")
-    overrides = build_overrides(cfg, out, agent_yaml)
+    overrides = build_overrides(cfg, out, agent_yaml, loop, embedder)
     # the installed package is found by module name, here and in verl's Ray workers: no PYTHONPATH needed
     cmd = [sys.executable, "-m", "training.verl_plugin.main", *overrides]
     return {"command": cmd, "agent_loops_yaml": str(agent_yaml),

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from verl.protocol import DataProto
 
-from training.rewards import RewardBreakdown, RewardConfig, Rollout, batch_rewards
+from training.rewards import RewardBreakdown, Rollout, batch_rewards
 
-from .reward import gold_answers
+from .reward import gold_answers, reward_config, reward_inputs
 
 ROLLOUT_KEY = "rollout"
 """The non-tensor column with each row's :class:`~training.rewards.Rollout` (the agent loop's ``extra_fields``)."""
@@ -47,15 +47,19 @@ def response_lengths(data: DataProto) -> torch.Tensor:
     return data.batch["attention_mask"][:, -width:].sum(dim=-1).long()
 
 
-def stage2_scores(data: DataProto, preset: str = "routerag-stage2", **reward_kwargs: Any) -> Stage2Scores:
-    """Score every row of ``data`` with the batch-level reward ``preset``.
+def stage2_scores(data: DataProto, preset: str = "routerag-stage2", *, overrides: str | dict[str, Any] | None = None,
+                  embedder: str | dict[str, Any] | None = None, budget: int | None = None,
+                  **reward_kwargs: Any) -> Stage2Scores:
+    """Score every row of ``data`` with the batch-level reward ``preset`` (``overrides`` laid over it, the reward
+    parts' inputs as :func:`.reward.reward_inputs` builds them).
 
     ``data`` needs ``batch["responses"]`` and ``batch["attention_mask"]`` (at least over the responses) and the
     non-tensor columns ``rollout`` and ``reward_model``. ``reward_kwargs`` go to ``batch_rewards`` (e.g. a cost
     table for the table-priced presets)."""
     rollouts = [Rollout.from_json(r) for r in data.non_tensor_batch[ROLLOUT_KEY]]
     golds = [gold_answers(rm["ground_truth"]) for rm in data.non_tensor_batch[GROUND_TRUTH_KEY]]
-    rewards = batch_rewards(rollouts, golds, RewardConfig.preset(preset), **reward_kwargs)
+    cfg = reward_config(preset, overrides)
+    rewards = batch_rewards(rollouts, golds, cfg, **{**reward_inputs(cfg, embedder, budget), **reward_kwargs})
     return Stage2Scores(place_on_last_token([r.total for r in rewards], response_lengths(data),
                                             data.batch["responses"].shape[-1]), rewards)
 

@@ -39,18 +39,19 @@ class RouteRAGTrainerSync(PPOTrainerSync):
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict[str, Any]) -> KVBatchMeta:
         routerag = self.config.routerag
         if self.global_steps > int(routerag.switch_step):
-            result = rewrite_stage2_rewards(batch, str(routerag.stage2_reward))
+            result = rewrite_stage2_rewards(batch, str(routerag.stage2_reward), overrides=routerag.get("reward_overrides"),
+                                            embedder=routerag.get("embedder"), budget=routerag.get("budget"))
             metrics.update(result.metrics())
         return super()._compute_advantage(batch, metrics)
 
 
-def rewrite_stage2_rewards(batch: KVBatchMeta, preset: str) -> Stage2Scores:
+def rewrite_stage2_rewards(batch: KVBatchMeta, preset: str, **reward: Any) -> Stage2Scores:
     """Replace the ``rm_scores`` of the batch's real trajectories in TransferQueue with the batch-level reward
-    ``preset``. Padding rows (verl's upsampling, tagged ``is_padding``) copy another row's fields, so they are
+    ``preset`` (``reward``: :func:`.stage2.stage2_scores`'s overrides, embedder and budget). Padding rows (verl's upsampling, tagged ``is_padding``) copy another row's fields, so they are
     left out of the batch statistics and keep their zero scores."""
     keys = [k for k, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
     fields = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=STAGE2_FIELDS)
-    result = stage2_scores(trajectories_as_dataproto(fields), preset)
+    result = stage2_scores(trajectories_as_dataproto(fields), preset, **reward)
     rm_scores = response_to_nested(result.token_scores, fields["response_mask"])
     tq.kv_batch_put(keys=keys, partition_id=batch.partition_id,
                     fields=TensorDict({"rm_scores": rm_scores}, batch_size=len(keys)))
