@@ -14,8 +14,7 @@ STAMP       := $(VENV)/.installed-$(HASH)
 TEST_STAMP  := $(VENV)/.installed-test-$(HASH)
 SAMPLE_IDX  ?= indexes/sample
 DEMO_QUESTION ?= In which city was the composer of The Glass Lighthouse born?
-# the extractive reader (reader = "extractive", routerag/policy/weights/minilm-reader) on a one-hop question
-DEMO_READER_QUESTION ?= What is the occupation of Lena Okafor?
+# the demo asks it twice: with the card's extractive reader, then with the generative one (reader = "base")
 
 .PHONY: install install-test demo test clean
 
@@ -52,7 +51,7 @@ demo: install
 	$(BIN)/routerag build-graph samples/corpus.jsonl --out $(SAMPLE_IDX) --force
 	$(BIN)/routerag search $(SAMPLE_IDX) "$(DEMO_QUESTION)" --mode hybrid -k 3
 	$(BIN)/routerag ask $(SAMPLE_IDX) "$(DEMO_QUESTION)"
-	ROUTERAG_POLICY__READER=extractive $(BIN)/routerag ask $(SAMPLE_IDX) "$(DEMO_READER_QUESTION)"
+	ROUTERAG_POLICY__READER=base $(BIN)/routerag ask $(SAMPLE_IDX) "$(DEMO_QUESTION)"
 
 test: install-test
 	$(BIN)/python -m pytest -q

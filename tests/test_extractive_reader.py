@@ -115,6 +115,35 @@ def test_corpus_derived_questions_become_spans_negatives_and_yes_no(tmp_path: Pa
         read_question_file(path)
 
 
+def test_a_span_made_only_of_the_questions_own_tokens_is_never_the_answer() -> None:
+    import torch
+
+    from routerag.policy.extractive import best_spans, question_echoes
+
+    seq = [[None, 0, 0, None, 1, 1, 1, None]]  # [CLS] q q [SEP] echo new new [SEP]
+    ids = torch.tensor([[101, 7, 8, 102, 7, 9, 10, 102]])
+    start = torch.tensor([[0.0, 0, 0, 0, 9, 5, 0, 0]])
+    end = torch.tensor([[0.0, 0, 0, 0, 9, 0, 5, 0]])
+    echoes = question_echoes(ids, seq, "where was the composer born?")
+    assert echoes == [[False, False, False, False, True, False, False, False]]
+    assert best_spans(start, end, seq, 5)[0][1:] == (4, 4)  # the echo alone scores best
+    assert best_spans(start, end, seq, 5, None, echoes)[0][1:] == (4, 6)  # the best span with a new token
+    assert best_spans(start, end, [[None, 0, 0, None, 1, 1, 1, None]], 5, None,
+                      [[False, False, False, False, True, True, True, False]])[0][0] == float("-inf")
+    assert question_echoes(ids, seq, "Who was born first, Ann Ray or Bo Lee?") is None  # a choice names its answer
+
+
+def test_the_shipped_reader_does_not_answer_a_two_hop_question_with_a_page_named_like_its_words() -> None:
+    reader = ExtractiveReader(abstain_below=0.0)
+    docs = [RetrievedDoc("c", "Composer", "A composer is a person who writes music, such as songs, symphonies or "
+                                          "operas, to be performed by musicians and singers.", 1.0),
+            RetrievedDoc("m", "Marisol Vantreigh", "Marisol Vantreigh (born 1961) is an Orelandic composer and "
+                                                   "pianist. She was born in Kestrel Harbor and studied at the "
+                                                   "Tessaly Conservatory.", 0.9)]
+    read = reader.read_sync("In which city was the composer of The Glass Lighthouse born?", docs)
+    assert read.answer == "Kestrel Harbor" and read.citation.title == "Marisol Vantreigh"
+
+
 def test_a_span_never_runs_from_the_title_into_the_text() -> None:
     import torch
 

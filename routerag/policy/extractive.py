@@ -25,6 +25,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -184,6 +185,22 @@ def window_inputs(tokenizer: Any, questions: Sequence[str], contexts: Sequence[s
                      return_tensors="pt" if tensors else None)
 
 
+CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
+
+
+def question_echoes(input_ids: Any, sequence_ids: list[list[int | None]], question: str) -> list[list[bool]] | None:
+    """Per window, per token: a context token that also occurs in the question (the question is segment 0 of every
+    window). None for a question offering a choice ("A or B?"), whose answer is one of its own words."""
+    if CHOICE.search(question):
+        return None
+    out = []
+    for w, sids in enumerate(sequence_ids):
+        ids = input_ids[w].tolist()
+        asked = {t for t, sid in zip(ids, sids) if sid == 0}
+        out.append([sid == 1 and t in asked for t, sid in zip(ids, sids)])
+    return out
+
+
 def doc_context(doc: RetrievedDoc) -> tuple[str, int]:
     """The text the reader reads for a document (title, newline, text) and where the text starts in it."""
     title = " ".join((doc.title or "").split())
@@ -192,10 +209,13 @@ def doc_context(doc: RetrievedDoc) -> tuple[str, int]:
 
 
 def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int | None]],
-               max_answer_tokens: int, segments: list[list[int]] | None = None) -> list[tuple[float, int, int]]:
+               max_answer_tokens: int, segments: list[list[int]] | None = None,
+               echoes: list[list[bool]] | None = None) -> list[tuple[float, int, int]]:
     """Per window, the best (log-probability, start token, end token) span of the context (−inf, 0, 0 if none).
     ``segments`` (per window, per token) keeps a span within one segment: a title and its text are two, so an
-    answer never runs from the title into the text ("Kimber Manufacturing Kimber Manufacturing")."""
+    answer never runs from the title into the text ("Kimber Manufacturing Kimber Manufacturing"). ``echoes`` (per
+    window, per token: the token is one of the question's) rules out spans made only of the question's own tokens:
+    the page titled "Composer" does not answer "where was the composer of X born?"."""
     import torch
 
     out = []
@@ -213,6 +233,10 @@ def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int |
         if segments is not None:
             seg = torch.tensor(segments[w])
             valid &= seg[:, None] == seg[None, :]
+        if echoes is not None:  # a span needs a token the question lacks: new tokens up to e minus those before s
+            new_tokens = torch.cumsum(~torch.tensor(echoes[w]), 0)
+            before = torch.cat([new_tokens.new_zeros(1), new_tokens[:-1]])
+            valid &= (new_tokens[None, :] - before[:, None]) > 0
         pair = pair.masked_fill(~valid, float("-inf"))
         flat = int(torch.argmax(pair))
         s, e = divmod(flat, n)
@@ -255,7 +279,8 @@ class ExtractiveReader:
         seq_ids = [enc.sequence_ids(w) for w in range(len(owners))]
         in_body = [[int(a >= contexts[owners[w]][1]) for a, _ in enc["offset_mapping"][w].tolist()]
                    for w in range(len(owners))]
-        spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body)
+        spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body,
+                           question_echoes(enc["input_ids"], seq_ids, question))
         w = max(range(len(spans)), key=lambda i: spans[i][0])
         logp, s, e = spans[w]
         if logp == float("-inf"):
