@@ -411,6 +411,11 @@ class TrainConfig(LoopSettings):
     lr: float = Field(1e-6, gt=0)
     clip: float = Field(0.2, gt=0)
     kl_coef: float = Field(0.001, ge=0)
+    update_passes: Literal["split", "whole"] = "split"
+    """How the local trainer's update computes log-probabilities: ``split`` runs the frozen layers below a top-layers
+    LoRA adapter once per micro-batch for the policy and its reference and projects only the loss positions onto
+    the vocabulary (exact, checked against ``whole`` on first use); ``whole``: the model's own forward passes, the
+    reference for that check and for timings."""
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, ge=0)
     save_every: int = Field(10, ge=1)

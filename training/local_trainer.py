@@ -85,7 +85,8 @@ class LocalGRPOTrainer:
         if not params:
             raise ValueError("the model has no trainable parameters")
         # LoRA on the top layers only: the frozen layers below run once for the policy and its reference
-        self.passes = UpdateForward.of(self.model) if self.reference is None else None
+        if self.reference is None and self.cfg.update_passes == "split":
+            self.passes = UpdateForward.of(self.model)
         self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr)
         served = settings.policy.generator
         # rollouts sample in float32 whatever the served precision: their log-probabilities are recomputed by the torch
