@@ -68,7 +68,7 @@ def _arguments(model: type[BaseModel], **fields: Any) -> Any:
 def create_mcp(engines: Engine | Mapping[str, Engine], settings: Settings) -> MCPServer:
     """The MCP server for ``engines`` (one, served under its directory's name, or several by name); run it with
     ``.run("stdio")``, or over HTTP as :func:`mcp_http_app`."""
-    from .app import served_name
+    from .service import served_name
 
     served = dict(engines) if isinstance(engines, Mapping) else {served_name(engines): engines}
     keyed = bool(key_ring(settings.server, served))
