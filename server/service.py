@@ -7,8 +7,8 @@ The routers (:mod:`server.routers`) parse a request and shape its answer; the se
 * **admission** (:meth:`Service.admit`): a slot on the route's gate (:mod:`server.admission`), or an immediate 503;
 * **deadlines** (:meth:`Service.run`): the work gets what is left of ``server.request_timeout_s`` since the request
   arrived, and its exceptions become the errors a client should see (504, 400, 502; anything else stays a logged 500);
-* **disconnect cancellation** (:meth:`Service.call`): a client that leaves, waiting or running, cancels its work,
-  frees its slot and is answered 499 (:mod:`server.cancellation`);
+* **disconnect cancellation** (:meth:`Service.call`): a client that leaves while queued gives up its place, one that
+  leaves while the policy runs cancels the run; either frees its slot and is answered 499 (:mod:`server.cancellation`);
 * **running the policy and the retriever** (:meth:`Service.answer`, :meth:`Service.events`,
   :meth:`Service.retrieve`), with their metrics.
 
@@ -215,15 +215,20 @@ class Service:
         finally:
             slot.release(served)
 
-    async def call(self, request: Request, gate: str, route: str, work: Callable[[], Awaitable[T]]) -> T | Response:
-        """``work()`` admitted on ``gate`` and run by the request's deadline; cancelled, its slot freed and a 499
-        answered as soon as its client leaves, waiting or running (nobody would read the answer, and the work would
-        hold a slot someone else is queued for)."""
+    async def call(self, request: Request, gate: str, route: str, work: Callable[[], Awaitable[T]], *,
+                   interruptible: bool = True) -> T | Response:
+        """``work()`` admitted on ``gate`` and run by the request's deadline. A client that leaves while it waits gives
+        up its place and is answered 499; one that leaves while ``work`` runs cancels it too (its slot freed, a 499)
+        if it is ``interruptible``: the policy loop stops between turns. A search in a worker thread cannot stop, so
+        it runs out (milliseconds) holding its slot, and the gate's bound on running threads holds."""
         deadline = self.deadline()
         slot = await self.admit(request, gate, deadline)
         if slot is None:
             return client_left(request, route)
-        done = await until_disconnect(request, self.run(gate, slot, deadline, work()))
+        running = self.run(gate, slot, deadline, work())
+        if not interruptible:
+            return await running
+        done = await until_disconnect(request, running)
         if done is None:
             slot.release()
             return client_left(request, route)
@@ -275,7 +280,8 @@ class Service:
                        target: tuple[str, Engine]) -> list[RetrievalResult] | Response:
         """Batched retrieval without the policy (``/retrieve``), or the 499 of a client that left."""
         name, engine = target
-        results = await self.call(request, RETRIEVE, RETRIEVE, lambda: engine.retrieve(queries, mode, k))
+        results = await self.call(request, RETRIEVE, RETRIEVE, lambda: engine.retrieve(queries, mode, k),
+                                  interruptible=False)
         if not isinstance(results, Response):
             self.metrics.searches.labels(mode, "retrieve", name).inc(len(results))
         return results

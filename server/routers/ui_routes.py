@@ -5,7 +5,7 @@ step, nothing fetched from elsewhere). It holds no data: it is public so that a 
 it makes sends the API key typed on the page (``Authorization: Bearer``), so a server with keys shows nothing without
 one. ``/explain`` computes the evidence subgraph in :mod:`routerag.retrieval.explain`; this module only checks the
 request and picks the index; :class:`server.service.Service` admits it (at most ``MAX_EXPLANATIONS`` at once, no
-queue), bounds it by the request's deadline and drops it when its client leaves.
+queue) and bounds it by the request's deadline.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ async def explain(req: ExplainRequest, request: Request) -> Response:
     limits = ExplainLimits(max_nodes=req.max_nodes, max_seeds=req.max_seeds, paths_per_passage=req.paths_per_passage,
                            max_hops=req.max_hops)
     found = await service.call(request, EXPLAIN, EXPLAIN_PATH, lambda: asyncio.to_thread(
-        explain_subgraph, retriever, req.query, req.mode, service.default_k(req.k), limits))
+        explain_subgraph, retriever, req.query, req.mode, service.default_k(req.k), limits), interruptible=False)
     if isinstance(found, Response):
         return found
     return json_response(ExplainResponse.model_validate({**found.to_json(), "index": name}))
