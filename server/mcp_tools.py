@@ -88,7 +88,7 @@ def create_mcp(engines: Engine | Mapping[str, Engine], settings: Settings) -> MC
         return name, served[name]
 
     @srv.tool()
-    async def search(query: str, ctx: Context, mode: Mode = "hybrid", k: int = 3,
+    async def search(query: str, ctx: Context, mode: Mode = "hybrid", k: int = settings.retrieval.k,
                      index: Annotated[str | None, Field(description=INDEX_ARG)] = None) -> SearchResult:
         """Search the index without the policy: the k best passages for the query in one retrieval mode."""
         if not 1 <= k <= max_k:

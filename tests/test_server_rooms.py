@@ -42,23 +42,28 @@ class SlowRetriever:
         return getattr(self._retriever, name)
 
 
-def _in_thread(fn: Any) -> threading.Thread:
+def _in_thread(fn: Any, started: Any) -> threading.Thread:
+    """Run ``fn`` in a thread and return once ``started()`` says its work holds the slot (polled, not slept: a
+    loaded machine may take a while to get there)."""
     thread = threading.Thread(target=fn, daemon=True)
     thread.start()
+    deadline = time.monotonic() + 30
+    while not started():
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.02)
     return thread
 
 
 def test_a_retrieve_whose_client_leaves_while_queued_gives_up_its_place(index: Path, retriever: Retriever) -> None:
-    slow = SlowRetriever(retriever, delay_s=1.5)
+    slow = SlowRetriever(retriever, delay_s=3.0)
     settings = Settings(server={"retrieve_max_inflight": 1, "retrieve_max_queue": 2})
     app = create_app(Engine(index, settings, generator=RoutingPolicy(), retriever=slow), settings)
     first: list[int] = []
     with live_server(app) as url:
         holder = _in_thread(lambda: first.append(httpx.post(f"{url}/retrieve", json={"queries": ["amber"]},
-                                                             timeout=30).status_code))
-        time.sleep(0.3)  # the first search holds the only slot
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(f"{url}/retrieve", json={"queries": ["Joran Veld"]}, timeout=0.5)
+                                                             timeout=30).status_code), lambda: slow.searches)
+        with pytest.raises(httpx.ReadTimeout):  # queued behind the first search, which holds the only slot
+            httpx.post(f"{url}/retrieve", json={"queries": ["Joran Veld"]}, timeout=1.0)
         holder.join(30)
         metrics = httpx.get(f"{url}/metrics").text
     assert first == [200] and slow.searches == 1  # the queued one never searched
@@ -70,17 +75,16 @@ def test_a_retrieve_whose_client_leaves_while_queued_gives_up_its_place(index: P
 
 def test_a_streamed_chat_completion_whose_client_leaves_while_queued_never_runs(index: Path,
                                                                                 retriever: Retriever) -> None:
-    policy = RoutingPolicy(delay_s=1.0)  # each turn takes 1 s; an answer needs two
+    policy = RoutingPolicy(delay_s=2.0)  # each turn takes 2 s; an answer needs two
     settings = Settings(server={"max_inflight": 1})
     app = create_app(Engine(index, settings, generator=policy, retriever=retriever), settings)
     chat = {"model": "idx", "messages": [{"role": "user", "content": Q}]}
     first: list[int] = []
     with live_server(app) as url:
         holder = _in_thread(lambda: first.append(httpx.post(f"{url}/v1/chat/completions", json=chat,
-                                                             timeout=30).status_code))
-        time.sleep(0.3)  # the first answer holds the only slot
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(f"{url}/v1/chat/completions", json={**chat, "stream": True}, timeout=0.5)
+                                                             timeout=30).status_code), lambda: policy.calls)
+        with pytest.raises(httpx.ReadTimeout):  # queued behind the first answer, which holds the only slot
+            httpx.post(f"{url}/v1/chat/completions", json={**chat, "stream": True}, timeout=1.0)
         holder.join(30)
         metrics = httpx.get(f"{url}/metrics").text
     assert first == [200] and policy.calls == 2  # the first answer's two turns; none for the one that left
