@@ -16,10 +16,10 @@ retriever protocol plus ``mode``; :mod:`server.routers.retrieve_routes`); ``GET 
 served from here), and ``/`` → ``/ui`` (:mod:`server.operations`, which also drains the server on SIGTERM).
 
 The app is built by a factory and keeps its state (the service: engines, settings, metrics registry, gates, jobs) on
-itself: no module globals, so tests and benchmarks can run several apps in one process. Requests run concurrently on the event loop;
-generation and retrieval are micro-batched inside the engine's backends, so there is deliberately no lock around
-model calls here. Every error, from the guards or the routes, is ``{"error": {"type", "message", "param", "code"}}``
-(OpenAI's error object); a 500 is only ever a genuine internal error.
+itself: no module globals, so tests and benchmarks can run several apps in one process. Requests run concurrently on
+the event loop; generation and retrieval are micro-batched inside the engine's backends, so there is deliberately no
+lock around model calls here. Every error, from the guards or the routes, is ``{"error": {"type", "message", "param",
+"code"}}`` (OpenAI's error object); a 500 is only ever a genuine internal error.
 
 Auth (``server.api_key``, ``server.admin_key``, ``server.index_keys``; :func:`server.security.key_ring`): every
 route needs ``Authorization: Bearer <key>`` except ``/health``, ``/``, the docs (``/docs``, ``/redoc``,
@@ -33,7 +33,6 @@ Load (``server.max_inflight`` and friends): ``/ask`` and ``/retrieve`` (and ``/e
 (:mod:`server.admission`) that bounds the requests running and waiting; beyond it, or when a queued request could not
 finish by its deadline, the answer is an immediate 503 ``overloaded`` with ``Retry-After``, never a 504 much later.
 """
-
 
 import logging
 from collections.abc import Mapping

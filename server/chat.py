@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -119,7 +119,7 @@ def _chunk(cid: str, model: str, delta: ChatDelta | None, finish: str | None = N
     return ServerSentEvent(data=c.model_dump_json(exclude_none=True))
 
 
-async def chunks(events: AsyncIterator[dict[str, Any] | Summary], model: str, cid: str, t0: float,
+async def chunks(events: AsyncGenerator[dict[str, Any] | Summary, None], model: str, cid: str, t0: float,
                  with_usage: bool) -> AsyncIterator[ServerSentEvent]:
     """A streamed policy run (:meth:`server.service.Service.events`) as chat completion chunks: the role, the
     reasoning while it works, the answer (or refusal), the finish with ``routerag``, the usage if asked, ``[DONE]``;

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -262,7 +262,7 @@ class Service:
         return traj if isinstance(traj, Response) else self._summarised(name, traj)
 
     async def events(self, req: AskRequest, target: tuple[str, Engine], slot: Slot,
-                     deadline: float) -> AsyncIterator[dict[str, Any] | Summary]:
+                     deadline: float) -> AsyncGenerator[dict[str, Any] | Summary, None]:
         """A streamed policy run on an admitted ``slot``: the loop's events as they happen, then its summary (its
         failure, mapped as :meth:`run` maps it, is raised instead). The run is a task of its own, cancelled and its
         slot freed as soon as the consumer stops (a client that left)."""

@@ -9,7 +9,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -17,6 +17,7 @@ from fastapi.responses import Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
+from routerag.engine import Engine
 from routerag.policy.types import Summary
 
 from ..cancellation import client_left
@@ -44,7 +45,8 @@ async def ask(req: AskRequest, request: Request) -> Any:
     return json_response(AskResponse.from_summary(summary, (time.perf_counter() - t0) * 1000))
 
 
-async def _streamed(service: Service, request: Request, req: AskRequest, target: Any, t0: float) -> Response:
+async def _streamed(service: Service, request: Request, req: AskRequest, target: tuple[str, Engine],
+                    t0: float) -> Response:
     deadline = service.deadline()
     slot = await service.admit(request, ASK, deadline)
     if slot is None:
@@ -55,7 +57,8 @@ async def _streamed(service: Service, request: Request, req: AskRequest, target:
                                background=BackgroundTask(slot.release))
 
 
-async def _ask_events(events: Any, t0: float, ended: dict[str, bool]) -> AsyncIterator[ServerSentEvent]:
+async def _ask_events(events: AsyncGenerator[dict[str, Any] | Summary, None], t0: float,
+                      ended: dict[str, bool]) -> AsyncIterator[ServerSentEvent]:
     """One SSE per loop event (think, search, information, draft, answer), then ``done`` with the full
     AskResponse, or ``error`` with an error body. ``ended["yes"]`` is set once the last event was sent: a disconnect
     after it is the normal end of a stream."""
