@@ -119,14 +119,21 @@ class Gate:
 
     # -- acquiring and releasing --------------------------------------------------------------------------------------
 
-    async def acquire(self, deadline: float) -> Slot:
-        """A slot, now or after waiting in line; :class:`Overloaded` if the line is full or the request cannot
-        finish by ``deadline`` (loop time)."""
-        loop = asyncio.get_running_loop()
+    def try_acquire(self) -> Slot | None:
+        """A slot if one is free and nobody is waiting for it, else None (then :meth:`acquire` waits in line)."""
         if self.inflight < self.max_inflight and not self.waiters:
             self.inflight += 1
             self._publish()
             return Slot(self)
+        return None
+
+    async def acquire(self, deadline: float) -> Slot:
+        """A slot, now or after waiting in line; :class:`Overloaded` if the line is full or the request cannot
+        finish by ``deadline`` (loop time)."""
+        loop = asyncio.get_running_loop()
+        free = self.try_acquire()
+        if free is not None:
+            return free
         if len(self.waiters) >= self.max_queue:
             self._refuse("queue_full", f"{self.inflight} requests in flight and {len(self.waiters)} queued (the "
                                        f"limits {self.settings[0]} and {self.settings[1]}); retry later")

@@ -10,32 +10,28 @@ arrive as ``reasoning_content`` deltas while it works (the field reasoning model
 cannot honour (``n > 1``, ``tools``, ``response_format``, ``logprobs``) are a 400 in OpenAI's error shape, naming the
 ``param``.
 
-The request goes through the same index check, admission gate, deadline and policy run as ``/ask`` (the callables
-``create_app`` passes in): this module only translates between the two wire formats.
+The request goes through the same index check, admission gate, deadline, disconnect cancellation and policy run as
+``/ask`` (:class:`server.service.Service`, from the routes in :mod:`server.routers.ask_routes`): this module only
+translates between the two wire formats.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
-import logging
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
 from pydantic import ValidationError
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from routerag.policy.types import Summary
 
-from .errors import APIError, error_body
-from .protocol import (AskResponse, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
-                       ChatCompletionMessage, ChatCompletionRequest, ChatDelta, ChatUsage, ModelCard, ModelList)
+from .errors import APIError, stream_error
+from .protocol import (AskRequest, AskResponse, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
+                       ChatCompletionMessage, ChatCompletionRequest, ChatDelta, ChatUsage)
 
-log = logging.getLogger(__name__)
 CHAT_PATH = "/v1/chat/completions"
 STARTED = int(time.time())
 
@@ -94,100 +90,57 @@ def reasoning_line(event: dict[str, Any]) -> str | None:
     return None
 
 
-def chat_routes(*, pick: Callable[..., tuple[str, Any]], readable: Callable[[Request], list[str]],
-                admit: Callable[..., Any], run_ask: Callable[..., Any], answer: Callable[..., Any], ask_model: type,
-                errors: dict[int | str, dict[str, Any]], timeout_s: float) -> APIRouter:
-    router = APIRouter()
+def ask_of(req: ChatCompletionRequest, ask_model: type[AskRequest], index: str) -> AskRequest:
+    """The chat request as the ``/ask`` request the policy runs, with ``/ask``'s limits (a 422 naming them)."""
+    try:
+        return ask_model(question=question_of(req), index=index)
+    except ValidationError as exc:
+        detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'question'}: {e['msg']}" for e in exc.errors())
+        raise APIError(422, "validation_error", f"the last user message as a question: {detail}") from None
 
-    def completion_body(summary: Summary, model: str, cid: str, total_ms: float) -> ChatCompletion:
-        ask = AskResponse.from_summary(summary, total_ms)
-        usage = ChatUsage(prompt_tokens=ask.tokens.prompt, completion_tokens=ask.tokens.completion,
-                          total_tokens=ask.tokens.prompt + ask.tokens.completion)
-        # a refusal is OpenAI's: `refusal` says why and `content` is null
-        message = (ChatCompletionMessage(content=None, refusal=ask.answer) if ask.refused
-                   else ChatCompletionMessage(content=ask.answer))
-        return ChatCompletion(id=cid, created=int(time.time()), model=model, usage=usage, routerag=ask,
-                              choices=[ChatChoice(message=message)])
 
-    @router.get("/v1/models", response_model=ModelList, responses={k: v for k, v in errors.items() if k == 401})
-    async def models(request: Request) -> ModelList:
-        """The indexes this key may use, as OpenAI models: pass one as `model` to `/v1/chat/completions`."""
-        return ModelList(data=[ModelCard(id=name, created=STARTED) for name in readable(request)])
+def completion_body(summary: Summary, model: str, cid: str, total_ms: float) -> ChatCompletion:
+    """A finished policy run as a chat completion; a refusal is OpenAI's: ``refusal`` says why, ``content`` is null."""
+    ask = AskResponse.from_summary(summary, total_ms)
+    usage = ChatUsage(prompt_tokens=ask.tokens.prompt, completion_tokens=ask.tokens.completion,
+                      total_tokens=ask.tokens.prompt + ask.tokens.completion)
+    message = (ChatCompletionMessage(content=None, refusal=ask.answer) if ask.refused
+               else ChatCompletionMessage(content=ask.answer))
+    return ChatCompletion(id=cid, created=int(time.time()), model=model, usage=usage, routerag=ask,
+                          choices=[ChatChoice(message=message)])
 
-    @router.post(CHAT_PATH, response_model=ChatCompletion, responses={
-        **errors, 200: {"description": "A chat completion with the extension field `routerag` (the `/ask` answer); "
-                                       "with `stream: true`, Server-Sent Events of chat completion chunks, then "
-                                       "`[DONE]`.",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
-    async def chat(body: ChatCompletionRequest, request: Request) -> Any:
-        """OpenAI's chat completion over the routing policy: `model` is the index, the last user message the
-        question. Sampling fields are accepted and ignored (the server's policy settings apply); `n > 1`, `tools`,
-        `response_format` other than text and `logprobs` are a 400 naming the parameter. A refusal (the documents
-        do not answer) comes as `message.refusal` with a null `content`."""
-        t0 = time.perf_counter()
-        target = pick(request, body.model, route=CHAT_PATH)
-        refused = unsupported(body)
-        if refused is not None:
-            raise refused
-        try:
-            ask = ask_model(question=question_of(body), index=target[0])
-        except ValidationError as exc:
-            detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'question'}: {e['msg']}" for e in exc.errors())
-            raise APIError(422, "validation_error", f"the last user message as a question: {detail}") from None
-        cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        if not body.stream:  # admitted, run and cancelled with its client as /ask is
-            summary = await answer(request, ask, target, CHAT_PATH)
-            if isinstance(summary, Response):
-                return summary
-            payload = completion_body(summary, body.model, cid, (time.perf_counter() - t0) * 1000)
-            return Response(payload.model_dump_json(), media_type="application/json")
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        slot = await admit("/ask", deadline)
-        usage = bool(body.stream_options and body.stream_options.include_usage)
-        return EventSourceResponse(stream(ask, slot, deadline, target, body.model, cid, t0, usage))
 
-    async def stream(ask: Any, slot: Any, deadline: float, target: tuple[str, Any], model: str, cid: str,
-                     t0: float, with_usage: bool) -> AsyncIterator[ServerSentEvent]:
-        def chunk(delta: ChatDelta | None, finish: str | None = None, extra: AskResponse | None = None,
-                  usage: ChatUsage | None = None) -> ServerSentEvent:
-            choices = ([] if delta is None  # the usage chunk has none
-                       else [ChatChunkChoice(delta=delta, finish_reason=finish)])  # type: ignore[arg-type]
-            c = ChatCompletionChunk(id=cid, created=int(time.time()), model=model, routerag=extra, usage=usage,
-                                    choices=choices)
-            return ServerSentEvent(data=c.model_dump_json(exclude_none=True))
+def _chunk(cid: str, model: str, delta: ChatDelta | None, finish: str | None = None,
+           extra: AskResponse | None = None, usage: ChatUsage | None = None) -> ServerSentEvent:
+    choices = ([] if delta is None  # the usage chunk has none
+               else [ChatChunkChoice(delta=delta, finish_reason=finish)])  # type: ignore[arg-type]
+    c = ChatCompletionChunk(id=cid, created=int(time.time()), model=model, routerag=extra, usage=usage,
+                            choices=choices)
+    return ServerSentEvent(data=c.model_dump_json(exclude_none=True))
 
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        task = asyncio.ensure_future(run_ask(ask, slot, deadline, on_event=queue.put_nowait, target=target))
-        task.add_done_callback(lambda _: queue.put_nowait(None))
-        try:
-            yield chunk(ChatDelta(role="assistant", content=""))
-            while (event := await queue.get()) is not None:
-                line = reasoning_line(event)
-                if line:
-                    yield chunk(ChatDelta(reasoning_content=line))
-            try:
-                summary = task.result()
-            except APIError as exc:
-                yield ServerSentEvent(data=json.dumps(exc.body()))
-                return
-            except Exception as exc:
-                log.error("internal error in a streamed chat completion", exc_info=exc)
-                yield ServerSentEvent(data=json.dumps(error_body("internal_error", f"internal server error "
-                                                                                  f"({type(exc).__name__})")))
-                return
-            done = completion_body(summary, model, cid, (time.perf_counter() - t0) * 1000)
-            message = done.choices[0].message
-            if message.refusal:
-                yield chunk(ChatDelta(refusal=message.refusal))
-            elif message.content:
-                yield chunk(ChatDelta(content=message.content))
-            yield chunk(ChatDelta(), finish="stop", extra=done.routerag)
-            if with_usage:  # OpenAI's form: a chunk of its own, with no choices
-                yield chunk(None, usage=done.usage)
-            yield ServerSentEvent(data="[DONE]")
-        finally:
-            if not task.done():
-                task.cancel()
-            slot.release()
 
-    return router
+async def chunks(events: AsyncGenerator[dict[str, Any] | Summary, None], model: str, cid: str, t0: float,
+                 with_usage: bool) -> AsyncIterator[ServerSentEvent]:
+    """A streamed policy run (:meth:`server.service.Service.events`) as chat completion chunks: the role, the
+    reasoning while it works, the answer (or refusal), the finish with ``routerag``, the usage if asked, ``[DONE]``;
+    a failure as one error object instead of the rest."""
+    yield _chunk(cid, model, ChatDelta(role="assistant", content=""))
+    try:
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if isinstance(event, Summary):
+                    done = completion_body(event, model, cid, (time.perf_counter() - t0) * 1000)
+                elif line := reasoning_line(event):
+                    yield _chunk(cid, model, ChatDelta(reasoning_content=line))
+    except Exception as exc:
+        yield ServerSentEvent(data=json.dumps(stream_error(exc, "a streamed chat completion")))
+        return
+    message = done.choices[0].message
+    if message.refusal:
+        yield _chunk(cid, model, ChatDelta(refusal=message.refusal))
+    elif message.content:
+        yield _chunk(cid, model, ChatDelta(content=message.content))
+    yield _chunk(cid, model, ChatDelta(), finish="stop", extra=done.routerag)
+    if with_usage:  # OpenAI's form: a chunk of its own, with no choices
+        yield _chunk(cid, model, None, usage=done.usage)
+    yield ServerSentEvent(data="[DONE]")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 
@@ -23,3 +24,12 @@ class APIError(Exception):
 def error_body(kind: str, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     """The one error shape of the API (:class:`~server.protocol.ErrorResponse`)."""
     return {"error": {"type": kind, "message": message, "param": param, "code": code}}
+
+
+def stream_error(exc: Exception, where: str) -> dict[str, Any]:
+    """The error event that ends a stream whose work failed: an :class:`APIError`'s own body; anything else is ours,
+    logged with its traceback, and sent as an ``internal_error`` (the stream's 200 is already on its way)."""
+    if isinstance(exc, APIError):
+        return exc.body()
+    logging.getLogger(__name__).error("internal error in %s", where, exc_info=exc)
+    return error_body("internal_error", f"internal server error ({type(exc).__name__})")

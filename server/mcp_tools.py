@@ -68,7 +68,7 @@ def _arguments(model: type[BaseModel], **fields: Any) -> Any:
 def create_mcp(engines: Engine | Mapping[str, Engine], settings: Settings) -> MCPServer:
     """The MCP server for ``engines`` (one, served under its directory's name, or several by name); run it with
     ``.run("stdio")``, or over HTTP as :func:`mcp_http_app`."""
-    from .app import served_name
+    from .service import served_name
 
     served = dict(engines) if isinstance(engines, Mapping) else {served_name(engines): engines}
     keyed = bool(key_ring(settings.server, served))
@@ -88,7 +88,7 @@ def create_mcp(engines: Engine | Mapping[str, Engine], settings: Settings) -> MC
         return name, served[name]
 
     @srv.tool()
-    async def search(query: str, ctx: Context, mode: Mode = "hybrid", k: int = 3,
+    async def search(query: str, ctx: Context, mode: Mode = "hybrid", k: int = settings.retrieval.k,
                      index: Annotated[str | None, Field(description=INDEX_ARG)] = None) -> SearchResult:
         """Search the index without the policy: the k best passages for the query in one retrieval mode."""
         if not 1 <= k <= max_k:

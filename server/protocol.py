@@ -1,4 +1,5 @@
-"""The REST API's request and response models, and nothing else (serving logic lives in :mod:`server.app`).
+"""The REST API's request and response models, and nothing else (serving logic lives in :mod:`server.service`
+and :mod:`server.routers`).
 
 Kept apart from the app, as vLLM's ``entrypoints/openai/protocol.py`` is, so clients, tests and benchmarks can import
 the wire format without importing the server. The request models carry only the limits that never change
