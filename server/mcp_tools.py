@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from routerag.config import Settings
 from routerag.engine import Engine
-from routerag.retrieval import QueryError
+from routerag.retrieval.types import QueryError
 from routerag.vocabulary import Mode
 
 from .cancellation import ShutdownGuard

@@ -31,7 +31,7 @@ from fastapi.responses import Response
 from routerag.config import Settings
 from routerag.engine import Engine
 from routerag.policy.types import Summary, Trajectory
-from routerag.retrieval import QueryError, RetrievalResult
+from routerag.retrieval.types import QueryError, RetrievalResult
 from routerag.vocabulary import Mode
 
 from .admission import Gate, Limits, Overloaded, Slot, ask_limits, retrieve_limits

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from routerag.retrieval import RetrievalResult
+from routerag.retrieval.types import RetrievalResult
 
 from ..protocol import Document, ErrorResponse, RetrieveRequest, RetrieveResponse, ScoredDocument, ShardStatus
 from ..service import RETRIEVE, Service, service_of
