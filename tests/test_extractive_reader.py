@@ -242,13 +242,18 @@ class _Verdicts:
         return self.verdict
 
 
-def _loop_run(verdict: ReaderAnswer):
+def _loop_run(verdict: ReaderAnswer, policy_answer: str = "somewhere", events: list | None = None):
     reader = _Verdicts(verdict)
     cfg = LoopConfig(extractive_reader=reader, max_information_tokens=8)
     search = FakeSearch({"Joran Veld": ["Joran Veld"]})
-    loop = PolicyLoop(ScriptedGenerator(["<search>[graph] Joran Veld</search>", "<answer>somewhere</answer>"]),
+    loop = PolicyLoop(ScriptedGenerator(["<search>[graph] Joran Veld</search>", f"<answer>{policy_answer}</answer>"]),
                       search, cfg)
-    return asyncio.run(loop.run("Where was Joran Veld born?")), reader
+
+    async def sink(event: dict) -> None:
+        if events is not None:
+            events.append(event)
+
+    return asyncio.run(loop.run("Where was Joran Veld born?", on_event=sink)), reader
 
 
 def test_the_loop_answers_with_the_span_and_cites_it() -> None:
@@ -263,6 +268,18 @@ def test_the_loop_answers_with_the_span_and_cites_it() -> None:
 def test_an_abstention_is_a_refusal() -> None:
     traj, _ = _loop_run(ReaderAnswer(None, 0.01))
     assert traj.finish == "refused" and traj.answer == REFUSAL_ANSWER and traj.summary().citations() == []
+
+
+def test_a_policy_refusal_is_a_draft_the_extractive_reader_decides() -> None:
+    cited = Citation("id-Joran Veld", "Joran Veld", "Text about Joran Veld.")
+    events: list = []
+    traj, reader = _loop_run(ReaderAnswer("Tarsk", 0.9, cited), "[refuse]", events)
+    assert reader.docs and traj.answer == "Tarsk" and traj.finish == "answer" and traj.answered_by == "reader"
+    assert [s.action for s in traj.steps][-1] == "refuse"  # the policy's own choice is kept in its step
+    drafts = [e for e in events if e["type"] == "draft"]
+    assert drafts and drafts[0]["refused"] and [e for e in events if e["type"] == "answer"][0]["refused"] is False
+    traj, _ = _loop_run(ReaderAnswer(None, 0.01), "[refuse]")  # the reader finds nothing either: a refusal
+    assert traj.finish == "refused" and traj.answer == REFUSAL_ANSWER
 
 
 @pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
