@@ -10,11 +10,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from .helpers.server_helpers import wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "docs" / "quickstart.md"
@@ -54,20 +55,11 @@ def _run_serve(argv: list[str], env: dict[str, str], cwd: Path) -> None:
         argv[argv.index("--port") + 1] = str(port)
     else:
         argv += ["--port", str(port)]
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = cwd / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"serve exited early: {proc.stdout.read()[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        else:
-            pytest.fail("serve never became ready")
+        wait_until_ready(proc, f"http://127.0.0.1:{port}", log, timeout_s=240)
         r = httpx.post(f"http://127.0.0.1:{port}/retrieve", json={"queries": ["Glass Lighthouse"], "topk": 2}, timeout=30)
         assert r.status_code == 200 and len(r.json()["result"][0]) == 2
     finally:
