@@ -25,7 +25,6 @@ from routerag.prompts import DEFAULT_INSTRUCTION, DOCUMENT, INFORMATION_BLOCK
 from training.local_trainer import LocalGRPOTrainer
 from training.models import add_lora, load_policy
 from training.sequences import TokenSequence
-from training.trunk import UpdateForward
 
 SAMPLES = Path(__file__).resolve().parents[1] / "routerag" / "samples"
 
@@ -57,10 +56,8 @@ def rollout_sequences(tok, n: int) -> list[TokenSequence]:
 
 
 def trainer_for(model, tok, cfg: TrainConfig, trunk: bool) -> LocalGRPOTrainer:
-    trainer = LocalGRPOTrainer.__new__(LocalGRPOTrainer)  # the update machinery only: no rollouts here
-    trainer.cfg, trainer.model, trainer.tokenizer, trainer.device, trainer.reference = cfg, model, tok, "cpu", None
-    trainer.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
-    trainer.passes = UpdateForward.of(model) if trunk else None
+    trainer = LocalGRPOTrainer.update_only(cfg.model_copy(update={"update_passes": "split" if trunk else "whole"}),
+                                           model, tok)
     trainer._passes_checked = True  # checked once per run by the trainer (and by tests/test_trunk.py), not per update
     return trainer
 

@@ -40,12 +40,8 @@ def batch(tok, texts: list[str]):
 def bare_trainer(model, tok, kl_coef: float, trunk: bool) -> LocalGRPOTrainer:
     settings = Settings()
     settings.train.lr, settings.train.kl_coef, settings.train.micro_batch_size = 5e-2, kl_coef, 2
-    trainer = LocalGRPOTrainer.__new__(LocalGRPOTrainer)  # the update machinery only
-    trainer.cfg, trainer.model, trainer.tokenizer, trainer.device, trainer.reference = (settings.train, model, tok,
-                                                                                         "cpu", None)
-    trainer.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
-    trainer.passes = UpdateForward.of(model) if trunk else None
-    return trainer
+    settings.train.update_passes = "split" if trunk else "whole"
+    return LocalGRPOTrainer.update_only(settings.train, model, tok)
 
 
 def test_the_split_is_the_lowest_adapted_layer_and_there_is_none_without_frozen_layers_below() -> None:

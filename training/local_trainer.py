@@ -84,9 +84,7 @@ class LocalGRPOTrainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
-        # LoRA on the top layers only: the frozen layers below run once for the policy and its reference
-        if self.reference is None and self.cfg.update_passes == "split":
-            self.passes = UpdateForward.of(self.model)
+        self._choose_passes()
         self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr)
         served = settings.policy.generator
         # rollouts sample in float32 whatever the served precision: their log-probabilities are recomputed by the torch
@@ -124,6 +122,22 @@ class LocalGRPOTrainer:
         self._resume()
         if self.step and getattr(self.generator, "refresh", None) is not None:
             self.generator.refresh()  # the engine's copy was exported before the checkpoint's weights were loaded
+
+    @classmethod
+    def update_only(cls, cfg: TrainConfig, model: Any, tokenizer: Any) -> LocalGRPOTrainer:
+        """The update machinery alone, without rollouts, retriever or engine (tests/test_trunk.py,
+        benchmarks/grpo_update_bench.py); its passes follow ``cfg.update_passes`` as the whole trainer's do."""
+        trainer = cls.__new__(cls)
+        trainer.cfg, trainer.model, trainer.tokenizer, trainer.device, trainer.reference = (cfg, model, tokenizer,
+                                                                                             "cpu", None)
+        trainer.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
+        trainer._choose_passes()
+        return trainer
+
+    def _choose_passes(self) -> None:
+        # LoRA on the top layers only: the frozen layers below run once for the policy and its reference
+        if self.reference is None and self.cfg.update_passes == "split":
+            self.passes = UpdateForward.of(self.model)
 
     def card(self) -> PolicyCard:
         """What the trained policy expects of the loop that serves it (written beside every checkpoint)."""
