@@ -8,6 +8,11 @@ Python SDK's ``MCPServer``; ``routerag mcp INDEX`` runs it over stdio (the defau
 streamable HTTP (:func:`mcp_http_app`). Bad arguments come back as tool errors that say what to change, never as a
 crashed server.
 
+Both tools pass admission gates with the REST server's bounds (``server.max_inflight`` / ``max_queue`` for ``ask``,
+``server.retrieve_max_inflight`` / ``retrieve_max_queue`` for ``search``; :mod:`server.admission`): beyond them a
+call is refused at once with a tool error that says when to retry, so a burst of agent calls cannot pile unbounded
+work onto the policy. The deadline (``server.request_timeout_s``) counts from the call's arrival, queueing included.
+
 Over HTTP the tools are behind the REST server's guards and keys (:func:`server.security.install_guards`): the key of
 the call's own HTTP request decides which indexes a tool may use, with the REST server's rules (an index the key may
 not see is as unknown as one not served). The arguments pass the REST request models, so their limits (question
@@ -18,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -31,11 +36,13 @@ from routerag.engine import Engine
 from routerag.retrieval.types import QueryError
 from routerag.vocabulary import Mode
 
+from .admission import Gate, Overloaded, ask_limits, retrieve_limits
 from .cancellation import ShutdownGuard
 from .errors import APIError
 from .protocol import AskResponse, request_models
 from .security import JSON, OPEN, access_in, fixed_media, install_guards, key_ring, visible_index
 
+T = TypeVar("T")
 MCP_PATH = "/mcp"
 INDEX_ARG = "The index to use; may be omitted when the server (or your key) has one."
 INSTRUCTIONS = ("RouteRAG over one document index. `search` returns the passages a dense (passage), knowledge-graph "
@@ -65,6 +72,29 @@ def _arguments(model: type[BaseModel], **fields: Any) -> Any:
                                   for e in exc.errors()[:8])) from None
 
 
+async def admitted(gate: Gate, work: Callable[[], Awaitable[T]], timeout_s: float, what: str) -> T:
+    """``work()`` once ``gate`` admits it, within ``timeout_s`` of the call's arrival (queueing included); a refusal
+    or the deadline as a tool error. ``work`` is a callable so that a refused call never creates its coroutine."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    slot = gate.try_acquire()
+    if slot is None:
+        try:
+            slot = await gate.acquire(deadline)
+        except Overloaded as exc:
+            raise ToolError(f"overloaded: {exc.message}; retry in {exc.retry_after_s} s") from None
+    served = False
+    try:
+        result = await asyncio.wait_for(work(), max(0.0, deadline - loop.time()))
+        served = True
+        return result
+    except (TimeoutError, asyncio.TimeoutError):
+        served = True  # a lower bound of the service time, as the REST gates count it
+        raise ToolError(f"the {what} did not finish within {timeout_s:g} s (server.request_timeout_s)") from None
+    finally:
+        slot.release(served)
+
+
 def create_mcp(engines: Engine | Mapping[str, Engine], settings: Settings) -> MCPServer:
     """The MCP server for ``engines`` (one, served under its directory's name, or several by name); run it with
     ``.run("stdio")``, or over HTTP as :func:`mcp_http_app`."""
@@ -76,6 +106,9 @@ def create_mcp(engines: Engine | Mapping[str, Engine], settings: Settings) -> MC
     srv = MCPServer(name="routerag", instructions=INSTRUCTIONS)
     max_k = settings.server.max_k
     timeout_s = settings.server.request_timeout_s
+    first = next(iter(served.values()))
+    gates = {"ask": Gate("mcp:ask", ask_limits(settings, getattr(first, "generator", None))),
+             "search": Gate("mcp:search", retrieve_limits(settings))}
 
     def target(ctx: Context, index: str | None) -> tuple[str, Engine]:
         """The index the call may use, by the key of its HTTP request (stdio: the launching client's own)."""
@@ -98,11 +131,9 @@ def create_mcp(engines: Engine | Mapping[str, Engine], settings: Settings) -> MC
         _arguments(retrieve_model, queries=[query], topk=k, mode=mode, index=index)
         _, engine = target(ctx, index)
         try:
-            [res] = await asyncio.wait_for(engine.retrieve([query], mode, k), timeout_s)
+            [res] = await admitted(gates["search"], lambda: engine.retrieve([query], mode, k), timeout_s, "search")
         except QueryError as exc:
             raise ToolError(str(exc)) from exc
-        except (TimeoutError, asyncio.TimeoutError):
-            raise ToolError(f"the search did not finish within {timeout_s:g} s (server.request_timeout_s)") from None
         return SearchResult(documents=[Hit(id=d.id, title=d.title, text=d.text, score=round(d.score, 6))
                                        for d in res.docs], mode=mode, ms=res.ms)
 
@@ -116,11 +147,7 @@ def create_mcp(engines: Engine | Mapping[str, Engine], settings: Settings) -> MC
         _arguments(ask_model, question=question, index=index)
         _, engine = target(ctx, index)
         t0 = time.perf_counter()
-        try:  # the REST server's deadline (server.request_timeout_s) holds here too
-            traj = await asyncio.wait_for(engine.ask(question), timeout_s)
-        except (TimeoutError, asyncio.TimeoutError):
-            raise ToolError(f"the question did not finish within {timeout_s:g} s "
-                            "(server.request_timeout_s)") from None
+        traj = await admitted(gates["ask"], lambda: engine.ask(question), timeout_s, "question")
         return AskResponse.from_summary(traj.summary(), (time.perf_counter() - t0) * 1000)
 
     return srv

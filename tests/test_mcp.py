@@ -55,6 +55,32 @@ def test_search_and_ask_through_the_sdk_client(index: Path, retriever: Retriever
     asyncio.run(go())
 
 
+def test_tools_pass_admission_a_burst_beyond_the_bounds_is_refused_at_once(index: Path, retriever: Retriever) -> None:
+    """One ask in flight and none queued (``server.max_inflight`` 1, ``max_queue`` 0): of three concurrent asks, one
+    runs and two are refused with a tool error naming the limits, before the policy sees them; search has its own gate,
+    so it still answers meanwhile."""
+    settings = Settings(server={"max_inflight": 1, "max_queue": 0})
+    policy = RoutingPolicy("[graph]", delay_s=0.5)
+    engine = Engine(index, settings, generator=policy, retriever=retriever)
+    engine.warm_up()
+    srv = create_mcp(engine, settings)
+
+    async def go() -> tuple[list, object, int]:
+        async with Client(srv) as client:
+            await client.call_tool("ask", {"question": Q})  # how many generations one ask takes
+            per_ask, policy.calls = policy.calls, 0
+            results = await asyncio.gather(*[client.call_tool("ask", {"question": Q}) for _ in range(3)],
+                                           client.call_tool("search", {"query": Q, "k": 2}))
+            return list(results[:3]), results[3], per_ask
+
+    asks, found, per_ask = asyncio.run(go())
+    refused = [r for r in asks if r.is_error]
+    assert len(refused) == 2 and sum(not r.is_error for r in asks) == 1, [r.content for r in asks]
+    assert all("overloaded" in r.content[0].text and "server.max_inflight" in r.content[0].text for r in refused)
+    assert policy.calls == per_ask  # only the admitted ask ran
+    assert not found.is_error and len(found.structured_content["documents"]) == 2
+
+
 def test_routerag_mcp_over_stdio_answers_the_sdk_client(index: Path, retriever: Retriever) -> None:
     """The real command as a desktop client would launch it: tools listed, a search answered, logs on stderr only."""
     params = StdioServerParameters(command=sys.executable, args=["-m", "routerag.cli", "mcp", str(index)])
