@@ -1,50 +1,74 @@
-"""The issue-36 results table (docs/results.md): one row per strategy and question set, from `routerag eval` records
-(REPORTS/<set>-grounded and REPORTS/<set>-free, the second the router with ROUTERAG_POLICY__QUERY=free; optionally
-REPORTS/<set>-new, another adapter's `learned` run, e.g. a new warm start), with how many of the router's queries
-were grounded (the question, a span of it, or a title, entity or noun chunk of the documents the run retrieved: an
-upper bound for free queries, whose check sees every document of the run) and how many were the question itself;
-then, per router row, its routing by question type (first search's mode, searches per question).
+"""The router's results tables (docs/results.md) from `routerag eval` records: per held-out set, one row per strategy
+run, then the sets pooled, then each router's routing by question type.
 
-    python benchmarks/router_table.py REPORTS [SETS.json]
+    python benchmarks/router_table.py SPEC.json
 
-SETS.json (default: the sets of the first results below) is a list of [name, grounded dir, free dir, index] (dirs
-relative to REPORTS; the new adapter's dir is the grounded one with "-grounded" replaced by "-new").
+SPEC.json names the sets and, per set, the rows: a label, the run's folder (a `routerag eval --out` folder, or the
+data set's folder inside it) and the strategy whose records to read (``learned``, ``naive-graph``, ...)::
+
+    {"sets": [{"name": "HotpotQA held-out half", "index": "indexes/hotpot",
+               "rows": [["the shipped router", "reports/hotpot-shipped", "learned"],
+                        ["one hybrid search", "reports/hotpot-fixed", "naive-hybrid"]]}]}
+
+The query column counts a router's queries: grounded (the question, a span of it, or a title, entity or noun chunk of
+a document the run retrieved; :func:`routerag.policy.grounding.is_grounded`), the question itself, all. The pooled
+table weighs every question once, over the sets where the row's label appears in all of them.
 """
-import json, sys
+
+from __future__ import annotations
+
+import json
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
 from graph_index.store import IndexData
+from routerag.evaluation import summarize
+from routerag.evaluation.records import read_records
 from routerag.policy.grounding import is_grounded
 from routerag.retrieval.types import RetrievedDoc
 
+HEADER = ("| {name} | n | EM | F1 | answer recall | searches | retrieval ms/q | refusal % | refusal P | refusal R | "
+          "refused with answer % | queries: grounded / question / all |")
+RULE = "|---|---|---|---|---|---|---|---|---|---|---|---|"
 
-def grounded_share(path, index):
-    with IndexData(index) as d:
-        by_id = {p.id: p for p in d.passages}
-        n = g = asq = 0
-        for line in open(path):
-            r = json.loads(line)
+
+def records_file(folder: Path, strategy: str) -> Path:
+    """The strategy's records in an eval folder (its data set's sub-folder when there is one)."""
+    direct = folder / f"{strategy}.jsonl"
+    if direct.exists():
+        return direct
+    found = sorted(folder.glob(f"*/{strategy}.jsonl"))
+    if not found:
+        raise FileNotFoundError(f"no {strategy}.jsonl in {folder}")
+    return found[0]
+
+
+def query_counts(records: list[dict[str, Any]], index: str) -> tuple[int, int, int]:
+    """(grounded, the question itself, all) over the router's queries in ``records``."""
+    with IndexData(index) as data:
+        by_id = {p.id: p for p in data.passages}
+        n = grounded = as_question = 0
+        for r in records:
             docs = [RetrievedDoc(i, by_id[i].title, by_id[i].text, 0) for i in r["doc_ids"] if i in by_id]
             for q in r["queries"]:
-                n += 1; asq += q.strip() == r["question"].strip(); g += is_grounded(q, r["question"], docs)
-        return n, g, asq
-
-def summaries(folder):
-    """Each strategy's summary from its records (a run still going counts the questions it finished)."""
-    from routerag.evaluation import summarize
-    from routerag.evaluation.records import read_records
-
-    return {p.stem: summarize(read_records(p)) for p in sorted(Path(folder).glob("*.jsonl"))} if folder.is_dir() else {}
+                n += 1
+                as_question += q.strip() == r["question"].strip()
+                grounded += is_grounded(q, r["question"], docs)
+    return grounded, as_question, n
 
 
-def routing(path):
-    """Per question type: n, first-search modes, mean searches, refusals."""
-    by = defaultdict(list)
-    for line in open(path):
-        r = json.loads(line)
-        by[r.get("type") or "—"].append(r)
+def routing(records: list[dict[str, Any]]) -> list[str]:
+    """Per question type: how many, the first search's modes, searches per question, refusals."""
+    by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_type[r.get("type") or "—"].append(r)
     out = []
-    for kind, recs in sorted(by.items()):
+    for kind, recs in sorted(by_type.items()):
         first = Counter(r["modes"][0] if r["modes"] else "none" for r in recs)
         out.append(f"{kind} ({len(recs)}): first search " + ", ".join(f"{m} {c}" for m, c in first.most_common())
                    + f"; {sum(r['searches'] for r in recs) / len(recs):.2f} searches; "
@@ -52,40 +76,51 @@ def routing(path):
     return out
 
 
-def pct(x): return "—" if x is None else f"{100*x:.1f}"
-def num(x, d=2): return "—" if x is None else f"{x:.{d}f}"
+def pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}"
 
-def table(setname, grounded_dir, free_dir, new_dir, index):
-    g, f, n = summaries(grounded_dir), summaries(free_dir), summaries(new_dir)
-    order = [("router, grounded queries", g.get("learned"), grounded_dir / "learned.jsonl"),
-             ("router, free queries", f.get("learned"), free_dir / "learned.jsonl"),
-             ("new router (outcome warm start), grounded", n.get("learned"), new_dir / "learned.jsonl"),
-             ("one passage search", g.get("naive-passage"), None), ("one graph search", g.get("naive-graph"), None),
-             ("one hybrid search", g.get("naive-hybrid"), None), ("two searches (question, then new entity)", g.get("two-search"), None),
-             ("no retrieval", g.get("no-retrieval"), None)]
-    out = [f"| {setname} | n | EM | F1 | answer recall | searches | retrieval ms/q | refusal % | refusal P | refusal R | refused with answer % | queries: grounded / question / all |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    routes = []
-    for name, s, path in order:
-        if s is None: continue
-        q = "—"
-        if path is not None and path.exists():
-            n_, gr, asq = grounded_share(path, index); q = f"{gr} / {asq} / {n_}"
-            routes += [f"- {name}: {line}" for line in routing(path)]
-        out.append(f"| {name} | {s['questions']} | {pct(s['em'])} | {pct(s['f1'])} | {pct(s['answer_recall'])} | {num(s['searches'])} | {num(s['retrieval_ms'],1)} | {pct(s['refusal_rate'])} | {num(s.get('refusal_precision'))} | {num(s.get('refusal_recall'))} | {pct(s.get('refused_with_answer'))} | {q} |")
-    return "\n".join(out + ([""] + routes if routes else []))
 
-R = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("reports")
-SETS = [("sample questions", "sample-grounded/questions", "sample-free/questions", "indexes/sample"),
-        ("corpus-derived (sample corpus)", "derived-grounded/derived_sample", "derived-free/derived_sample",
-         "indexes/sample"),
-        ("PopQA held-out (first 10)", "popqa-grounded/popqa_heldout10", "popqa-free/popqa_heldout10",
-         "indexes/popqa-small"),
-        ("HotpotQA held-out half (first 10)", "hotpot-grounded/hotpot_heldout10", "hotpot-free/hotpot_heldout10",
-         "indexes/hotpot-small")]
-if len(sys.argv) > 2:
-    SETS = [tuple(s) for s in json.loads(Path(sys.argv[2]).read_text())]
-for name, g, f, index in SETS:
-    if (R / g).is_dir():
-        print(table(name, R / g, R / f, R / g.replace("-grounded", "-new"), index))
-        print()
+def num(x: float | None, digits: int = 2) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def row(label: str, s: dict[str, Any], queries: str) -> str:
+    return (f"| {label} | {s['questions']} | {pct(s['em'])} | {pct(s['f1'])} | {pct(s['answer_recall'])} | "
+            f"{num(s['searches'])} | {num(s['retrieval_ms'], 1)} | {pct(s['refusal_rate'])} | "
+            f"{num(s.get('refusal_precision'))} | {num(s.get('refusal_recall'))} | "
+            f"{pct(s.get('refused_with_answer'))} | {queries} |")
+
+
+def set_table(spec: dict[str, Any], pooled: dict[str, list]) -> list[str]:
+    """One set's table and its routers' routing lines, every row over the questions all its rows answered (a run with
+    ``--limit`` beside a whole one); each row's records are added to ``pooled``."""
+    out, routes = [HEADER.format(name=spec["name"]), RULE], []
+    runs = [(label, records_file(Path(folder), strategy), strategy) for label, folder, strategy in spec["rows"]]
+    common = set.intersection(*({r["id"] for r in read_records(path)} for _, path, _ in runs))
+    for label, path, strategy in runs:
+        recs = [r for r in read_records(path) if r["id"] in common]
+        pooled[label].append(recs)
+        queries = "—"
+        if strategy not in ("naive-passage", "naive-graph", "naive-hybrid", "naive-rag", "two-search",
+                            "no-retrieval"):
+            grounded, as_question, n = query_counts(recs, spec["index"])
+            queries = f"{grounded} / {as_question} / {n}"
+            routes += [f"- {label}: {line}" for line in routing(recs)]
+        out.append(row(label, summarize(recs), queries))
+    return out + ([""] + routes if routes else [])
+
+
+def main(spec_file: str) -> None:
+    spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
+    pooled: dict[str, list] = defaultdict(list)
+    for s in spec["sets"]:
+        print("\n".join(set_table(s, pooled)) + "\n")
+    n_sets = len(spec["sets"])
+    print(HEADER.format(name=f"all {n_sets} sets pooled") + "\n" + RULE)
+    for label, runs in pooled.items():
+        if len(runs) == n_sets:
+            print(row(label, summarize([r for recs in runs for r in recs]), "—"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
