@@ -19,12 +19,12 @@ import faiss
 import igraph as ig
 import numpy as np
 
-from graph_index import integrity, store, versions
+from graph_index import csr, integrity, store, versions
 from graph_index.config import IndexConfig
 from graph_index.corpus import write_jsonl
 from graph_index.embedders.base import Embedder
 from graph_index.graph import FACT, MENTION, SYNONYM, TITLE
-from graph_index.layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, GRAPH, OPENIE,
+from graph_index.layout import (ALL_FILES, CSR_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, GRAPH, OPENIE,
                                 PASSAGE_EMB, PASSAGES, SYNONYMS)
 from synth_graph import synthetic_graph
 
@@ -125,14 +125,19 @@ def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0) -
     lap("edges")
 
     ent_names = [f"ent{j:09d}" for j in range(n_ent)]
+    vertex_names = [f"p:{i:016x}" for i in range(n)] + ["e:" + e for e in ent_names]
+    compact = csr.compact_arrays(n=n + n_ent, sources=src, targets=dst, weights=weights, kinds=kinds,
+                                 names=vertex_names, vertex_passage_counts=np.concatenate([np.zeros(n),
+                                                                                           entity_passages]),
+                                 fact_ends=np.column_stack([fs, fo]) + n)
     g = ig.Graph(n=n + n_ent)
     g.add_edges(np.column_stack([src, dst]))
     del src, dst
-    g.vs["name"] = [f"p:{i:016x}" for i in range(n)] + ["e:" + e for e in ent_names]
+    g.vs["name"] = vertex_names
     g.vs["kind"] = ["passage"] * n + ["entity"] * n_ent
     g.es["weight"] = weights.tolist()
     g.es["kinds"] = kinds.tolist()
-    del weights, kinds
+    del weights, kinds, vertex_names
     lap("graph")
 
     out = Path(out)
@@ -165,6 +170,8 @@ def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0) -
         lap("jsonl")
         g.write_graphml(str(d / GRAPH))
         del g
+        csr.write_compact_graph(d, compact)
+        del compact
         lap("graphml")
         dense = faiss.IndexFlatIP(DIM)
         _write_unit_rows(d / PASSAGE_EMB, n, rng, dense=dense)
@@ -181,7 +188,7 @@ def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0) -
             "dense_index": "IndexFlatIP", "config": IndexConfig().recorded(), "counts": counts,
             "synthetic": {"profile": prof["index"], "seed": seed},
             "files": {name: integrity.file_record(d / name, rows.get(name))
-                      for name in (*ALL_FILES[1:], FACT_EMB_F16)},
+                      for name in (*ALL_FILES[1:], FACT_EMB_F16, *CSR_FILES)},
         }
         lap("checksums")
         store.write_manifest(d, manifest)

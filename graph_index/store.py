@@ -43,14 +43,14 @@ import faiss
 import igraph as ig
 import numpy as np
 
-from . import integrity, versions
+from . import csr, integrity, versions
 from .atomic import atomic_path
 from .config import DenseIndexConfig, IndexConfig
 from .corpus import Passage, append_jsonl, write_jsonl
 from .dense import maybe_to_gpu
-from .graph import entity_vertices
-from .layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, FORMAT, FORMAT_VERSION,
-                     GRAPH, MANIFEST, OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS, IndexFormatError,
+from .graph import ENTITY_PREFIX
+from .layout import (ALL_FILES, CSR_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, FORMAT,
+                     FORMAT_VERSION, GRAPH, MANIFEST, OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS, IndexFormatError,
                      IndexNotFoundError)
 from .lock import DEFAULT_LOCK_TIMEOUT_S, IndexBusyError, index_lock
 from .normalize import normalize_phrase
@@ -188,9 +188,10 @@ def write_index_files(
     write_f16(d / FACT_EMB, d / FACT_EMB_F16)
     faiss.write_index(dense, str(d / DENSE))
     graph.write_graphml(str(d / GRAPH))
+    csr.write_compact_graph(d, csr.arrays_from_igraph(graph, entity_passages, facts))
     rows = {PASSAGES: passages, OPENIE: passages, ENTITIES: len(entities), FACTS: len(facts), SYNONYMS: len(synonyms)}
     manifest["files"] = {name: integrity.file_record(d / name, rows.get(name))
-                         for name in (*ALL_FILES[1:], FACT_EMB_F16)}
+                         for name in (*ALL_FILES[1:], FACT_EMB_F16, *CSR_FILES)}
 
 
 F16_CHUNK_ROWS = 65_536
@@ -429,46 +430,76 @@ class IndexData:
         return np.arange(int(self.manifest["counts"]["passages"]))
 
     @cached_property
-    def entity_vertices(self) -> dict[str, int]:
-        """Normalised entity name → its graph vertex."""
-        return entity_vertices(self.graph)
+    def compact_graph(self) -> csr.CompactGraph:
+        """The graph as searches use it: CSR arrays, vertex names, passage counts and fact ends, mapped from their
+        files (:mod:`graph_index.csr`). An index written before those files existed gets them now, converted from its
+        GraphML and written atomically into its version under the index's lock, taken without waiting (as
+        :attr:`fact_emb_f16`); when the lock is busy or the directory is read-only, the conversion is kept in memory
+        instead."""
+        counts = self.manifest["counts"]
+        nodes = int(counts["passages"]) + int(counts.get("entities", 0))
+        facts = integrity.expected_rows(self.manifest, FACTS)
+        if not csr.present(self.path):
+            try:
+                owner = versions.owner_of(self.path) or self.root  # the lock writers of this version take
+                with index_lock(owner, timeout=0, op="derive the compact graph"):
+                    if not csr.present(self.path):
+                        log.warning("%s: converting the graph to its compact files (once per index)", self.path)
+                        csr.write_compact_graph(self.path, self._compact_arrays())
+            except (IndexBusyError, OSError) as exc:
+                log.warning("%s: compact graph kept in memory (%s)", self.path, exc)
+                return csr.CompactGraph(self._compact_arrays())
+        return csr.load_compact_graph(self.path, nodes=nodes, facts=len(self.facts) if facts is None else facts)
 
-    @cached_property
+    def _compact_arrays(self) -> dict[str, np.ndarray]:
+        """The compact graph's arrays, from the GraphML graph, the entities' passage counts and the facts."""
+        arrays = csr.arrays_from_igraph(self.graph, self.entity_passage_counts, self.facts)
+        self.__dict__.pop("graph", None)  # the igraph object served only this conversion
+        release_freed_memory()
+        return arrays
+
+    @property
     def fact_ends(self) -> np.ndarray:
         """``(facts, 2)`` int64: the vertices of each fact's subject and object (-1 where an end is no node)."""
-        vertex = self.entity_vertices
-        ends = np.full((len(self.facts), 2), -1, dtype=np.int64)
-        for j, (s, _, o) in enumerate(self.facts):
-            ends[j, 0] = vertex.get(s, -1)
-            ends[j, 1] = vertex.get(o, -1)
-        return ends
+        return self.compact_graph.fact_ends
 
-    @cached_property
+    @property
     def vertex_passage_counts(self) -> np.ndarray:
         """Per graph vertex, how many passages link to it (entities; 0 for passage vertices): what HippoRAG 2
         divides an entity seed's weight by."""
-        counts = np.zeros(self.graph.vcount(), dtype=np.float64)
-        counts[len(self.passage_vertices):] = self.entity_passage_counts
-        return counts
+        return self.compact_graph.vertex_passage_counts
+
+    def entity_vertex(self, names: Sequence[str]) -> np.ndarray:
+        """The vertex of each normalised entity name (-1 where it is no entity node)."""
+        return self.compact_graph.names.lookup([ENTITY_PREFIX + n for n in names])
+
+    def vertex_label(self, v: int) -> str:
+        """A vertex's name without its prefix: the passage id or the normalised entity name."""
+        return self.compact_graph.names.name(v).split(":", 1)[1]
 
     @cached_property
     def _longest_entity(self) -> int:
-        return min(max((len(e.split()) for e in self.entity_vertices), default=1), 8)
+        names = self.compact_graph.names
+        start, longest = len(self.passage_vertices), 1
+        for lo in range(start, len(names), 1 << 20):  # in chunks: a whole graph's blob would be a large temporary
+            longest = max(longest, int(names.words_per_name(lo, min(lo + (1 << 20), len(names))).max(initial=1)))
+            if longest >= 8:
+                break
+        return min(longest, 8)
 
     def entities_in(self, text: str) -> list[int]:
         """Entity vertices ``text`` names verbatim: its longest normalised n-grams that are entity nodes, not
         overlapping (so "new york city" does not also give "york"), longest first."""
         words = normalize_phrase(text).split()
+        spans = [(i, n) for n in range(min(self._longest_entity, len(words)), 0, -1)
+                 for i in range(len(words) - n + 1)]
+        vertex = self.entity_vertex([" ".join(words[i:i + n]) for i, n in spans])  # one lookup for every n-gram
         taken = [False] * len(words)
         found: list[int] = []
-        for n in range(min(self._longest_entity, len(words)), 0, -1):
-            for i in range(len(words) - n + 1):
-                if any(taken[i : i + n]):
-                    continue
-                v = self.entity_vertices.get(" ".join(words[i : i + n]))
-                if v is not None:
-                    found.append(v)
-                    taken[i : i + n] = [True] * n
+        for (i, n), v in zip(spans, vertex.tolist()):
+            if v >= 0 and not any(taken[i:i + n]):
+                found.append(v)
+                taken[i:i + n] = [True] * n
         return found
 
     def search_index(self, device: str = "auto") -> faiss.Index:
@@ -485,7 +516,8 @@ class IndexData:
         The dense index is read only when the manifest records no file sizes: otherwise its size (checked at
         open) and header suffice, and a large index is not loaded just to be counted.
         """
-        for part in ("passages", "openie", "entities", "entity_passage_counts", "facts", "synonyms", "graph"):
+        for part in ("passages", "openie", "entities", "entity_passage_counts", "facts", "synonyms", "graph",
+                     "compact_graph"):
             getattr(self, part)
         if "files" in self.manifest:
             path = self.path / DENSE

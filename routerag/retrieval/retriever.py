@@ -107,20 +107,20 @@ class Retriever:
         self.search(["warm up"], mode="hybrid", k=1)
 
     def _load_graph(self) -> None:
-        g = self.data.graph
-        self.fact_ends = self.data.fact_ends
+        graph = self.data.compact_graph  # mapped arrays: no igraph object, no Python object per vertex
+        self.fact_ends = graph.fact_ends
         fact_emb = np.ascontiguousarray(self.data.fact_emb)
         self.fact_scorer = (
             FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads,
                        batch_scan=self.cfg.batch_scan, small_batch_scan=self.cfg.small_batch_scan)
             if self.cfg.fact_index == "exact" else FaissFactScorer(fact_emb, self.cfg.fact_index))
-        self.entity_passages = self.data.vertex_passage_counts
-        self.n_nodes = g.vcount()
+        self.entity_passages = graph.vertex_passage_counts
+        self.n_nodes = graph.vcount()
         self._passage_rows = self.data.passage_vertices
         if self.cfg.ppr_backend == "batched":
-            self.solver = PPRSolver.from_igraph(g, damping=self.cfg.damping, tol=self.cfg.ppr_tol,
-                                                device=self.cfg.device)
-        release_freed_memory()  # the solver's temporary edge lists
+            self.solver = PPRSolver(graph.adjacency(), damping=self.cfg.damping, tol=self.cfg.ppr_tol,
+                                    device=self.cfg.device)
+        release_freed_memory()  # the solver's temporary matrices
         self._graph_ready = True
 
     # -- public API -----------------------------------------------------------------------------------------------
