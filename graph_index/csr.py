@@ -143,7 +143,7 @@ class CompactGraph:
 
     def edges_within(self, vertices: Iterable[int]) -> list[tuple[int, int, float, int]]:
         """Every edge ``(u, v, weight, kinds)`` with ``u <= v`` and both ends in ``vertices`` (ascending)."""
-        inside = np.asarray(sorted(set(int(v) for v in vertices)), dtype=np.int64)
+        inside = np.asarray(sorted({int(v) for v in vertices}), dtype=np.int64)
         out = []
         for u in inside.tolist():
             lo, hi = int(self.indptr[u]), int(self.indptr[u + 1])

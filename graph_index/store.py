@@ -14,12 +14,17 @@ One version of an index holds (written into a temporary sibling directory, then 
     fact_embeddings.f16.npy  float16 copy of the fact rows (exact fact matching screens with it); optional, derived
     passages.faiss           the dense index (CPU form)
     graph.graphml            the knowledge graph, written by python-igraph
+    graph.*.npy, vertex_names.*, vertex_passage_counts.npy, fact_ends.npy
+                             the graph as searches use it: CSR arrays and a vertex-name table (graph_index.csr);
+                             derived, written by the build, converted from GraphML on an older index's first load
 
 Writers (build, ``index add``, ``index delete``) hold the index's lock (:func:`write_lock`); readers never do,
-except to add the float16 fact copy to an index written before it existed (once, without waiting).
+except to add the float16 fact copy or the compact graph to an index written before they existed (once, without
+waiting).
 
 Loading maps the big matrices instead of copying them: the ``.npy`` files with ``np.load(mmap_mode="r")``, a flat
-FAISS index with ``IO_FLAG_MMAP_IFC``, the float16 fact copy from its own file. Their pages are then the page
+FAISS index with ``IO_FLAG_MMAP_IFC``, the float16 fact copy and the compact graph from their own files; a search
+reads passages and facts from their JSONL files' mappings, one row when it needs it (:class:`JsonlRows`). Their pages are then the page
 cache's, shared by every process serving the index, and a server's anonymous memory does not grow with them.
 """
 
@@ -28,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
+import mmap
 import os
 import shutil
 import sys
@@ -247,6 +253,58 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
+class JsonlRows(Sequence[T]):
+    """The rows of a JSONL part, parsed one at a time when asked for, from the file's mapping and an index of where each
+    row starts: what a search reads of a large corpus (its top passages, its seed facts) without a Python object per
+    row in memory. A row that does not parse is an :class:`IndexFormatError` naming ``file:line``, when it is read.
+
+    Why: at 1M synthetic passages the parsed passages and facts (8.8M triples) held about 2 GiB of anonymous
+    memory and took most of the load's time (``docs/scaling.md``)."""
+
+    def __init__(self, path: Path, convert: Callable[[Any], T], rows: int | None) -> None:
+        self.path, self.convert = path, convert
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self.bounds = _row_bounds(self._map)
+        """Row i is ``bounds[i]:bounds[i+1]`` (with its newline, and any blank lines after it: JSON ignores them)."""
+        if rows is not None and len(self) != rows:
+            raise IndexFormatError(f"{path}: {len(self):,} rows, the manifest says {rows:,}; {REBUILD_HINT}", path)
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, i):  # noqa: ANN001, ANN204 - an index or a slice, as a list takes
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"row {i} of {len(self)}")
+        start = int(self.bounds[i])
+        try:
+            return self.convert(json.loads(self._map[start:int(self.bounds[i + 1])]))
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            line = self._map[:start].count(b"\n") + 1
+            raise IndexFormatError(f"{self.path}:{line}: corrupt row ({type(exc).__name__}: {exc}); {REBUILD_HINT}",
+                                   self.path) from None
+
+    def __iter__(self) -> Iterator[T]:
+        return (self[i] for i in range(len(self)))
+
+
+def _row_bounds(buf: Any, chunk: int = 1 << 26) -> np.ndarray:
+    """Where each non-blank line of ``buf`` starts, then ``len(buf)``: newlines found a chunk at a time."""
+    found = [np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=min(chunk, len(buf) - lo), offset=lo) == 10) + lo
+             for lo in range(0, len(buf), chunk)]
+    breaks = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+    starts = np.concatenate([[0], breaks + 1]).astype(np.int64)
+    starts = starts[starts < len(buf)]  # not the position after a final newline
+    blank = np.zeros(len(starts), dtype=bool)
+    blank[:len(breaks)] = breaks[:len(starts)] == starts[:len(breaks)]  # a line that is only its newline
+    return np.append(starts[~blank], len(buf)).astype(np.int64)
+
+
 class IndexData:
     """One version of a built index. The path is resolved (and that version pinned against removal) once, here,
     so every part read later comes from the same version even while a writer publishes the next one.
@@ -314,7 +372,17 @@ class IndexData:
 
     @cached_property
     def passages(self) -> list[Passage]:
-        return self._rows(PASSAGES, lambda r: Passage(id=str(r["id"]), title=r["title"], text=r["text"]))
+        return self._rows(PASSAGES, _passage)
+
+    @cached_property
+    def passage_rows(self) -> JsonlRows[Passage]:
+        """The passages, each parsed when read (:class:`JsonlRows`): what a search serves from."""
+        return JsonlRows(self.path / PASSAGES, _passage, integrity.expected_rows(self.manifest, PASSAGES))
+
+    @cached_property
+    def fact_rows(self) -> JsonlRows[Triple]:
+        """The facts, each parsed when read (:class:`JsonlRows`)."""
+        return JsonlRows(self.path / FACTS, _triple, integrity.expected_rows(self.manifest, FACTS))
 
     @cached_property
     def openie(self) -> list[OpenIEResult]:
@@ -332,11 +400,7 @@ class IndexData:
     @cached_property
     def facts(self) -> list[Triple]:
         # the same entity (and relation) recurs in many facts: one string object each, not one per occurrence
-        def triple(r: Any) -> Triple:
-            s, rel, o = r
-            return (sys.intern(s), sys.intern(rel), sys.intern(o))
-
-        return self._rows(FACTS, triple)
+        return self._rows(FACTS, _interned_triple)
 
     @cached_property
     def synonyms(self) -> Selections:
@@ -449,7 +513,7 @@ class IndexData:
             except (IndexBusyError, OSError) as exc:
                 log.warning("%s: compact graph kept in memory (%s)", self.path, exc)
                 return csr.CompactGraph(self._compact_arrays())
-        return csr.load_compact_graph(self.path, nodes=nodes, facts=len(self.facts) if facts is None else facts)
+        return csr.load_compact_graph(self.path, nodes=nodes, facts=len(self.fact_rows) if facts is None else facts)
 
     def _compact_arrays(self) -> dict[str, np.ndarray]:
         """The compact graph's arrays, from the GraphML graph, the entities' passage counts and the facts."""
@@ -539,6 +603,20 @@ class IndexData:
     @property
     def counts(self) -> dict[str, int]:
         return dict(self.manifest.get("counts", {}))
+
+
+def _passage(r: Any) -> Passage:
+    return Passage(id=str(r["id"]), title=r["title"], text=r["text"])
+
+
+def _triple(r: Any) -> Triple:
+    s, rel, o = r
+    return (str(s), str(rel), str(o))
+
+
+def _interned_triple(r: Any) -> Triple:
+    s, rel, o = r
+    return (sys.intern(s), sys.intern(rel), sys.intern(o))
 
 
 def release_freed_memory() -> None:

@@ -173,3 +173,21 @@ def test_a_damaged_compact_file_is_a_located_error(idx: Path) -> None:
     mf.write_text(json.dumps(m))
     with pytest.raises(IndexFormatError, match="graph.weights.npy"):
         IndexData(idx).compact_graph  # noqa: B018 - unrecorded: its length is checked against indptr at load
+
+
+def test_passage_and_fact_rows_read_on_demand_equal_the_parsed_lists(idx: Path) -> None:
+    data = IndexData(idx)
+    assert list(data.passage_rows) == data.passages and list(data.fact_rows) == data.facts
+    assert data.passage_rows[-1] == data.passages[-1] and data.fact_rows[1:3] == data.facts[1:3]
+    path = data.path / "facts.jsonl"
+    lines = path.read_text().splitlines()
+    lines[2] = '["half a row"'
+    path.write_text("\n".join(lines) + "\n\n")  # and a blank line at the end, which is no row
+    mf = data.path / "manifest.json"
+    m = json.loads(mf.read_text())
+    del m["files"]["facts.jsonl"]  # unrecorded, so the open does not refuse the changed size
+    mf.write_text(json.dumps(m))
+    rows = IndexData(idx).fact_rows  # the row count still holds
+    assert rows[1] == data.facts[1] and len(rows) == len(data.facts)
+    with pytest.raises(IndexFormatError, match=r"facts.jsonl:3: corrupt row"):
+        rows[2]  # noqa: B018 - reading it is the check

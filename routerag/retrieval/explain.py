@@ -24,7 +24,7 @@ import networkx as nx
 import numpy as np
 
 from graph_index.csr import CompactGraph
-from graph_index.graph import FACT, KIND_NAMES, SYNONYM
+from graph_index.graph import FACT, KIND_NAMES, PASSAGE_PREFIX, SYNONYM
 
 from .retriever import Retriever, Seeds
 from .types import QueryError, RetrievedDoc
@@ -148,8 +148,7 @@ def explain(retriever: Retriever, query: str, mode: str = "graph", k: int | None
     mass = retriever.ppr(seeds.weights)
     data = retriever.data
     g = data.compact_graph
-    row_of = {p.id: i for i, p in enumerate(retriever.passages)}
-    tops = [row_of[d.id] for d in result.docs]
+    tops = g.names.lookup([PASSAGE_PREFIX + d.id for d in result.docs]).tolist()  # passage i is vertex i
     entity_seeds = _entity_seeds(seeds)
     shown_seeds = entity_seeds[: limits.max_seeds]
     found = _strongest_paths(g, mass, shown_seeds, tops, limits)

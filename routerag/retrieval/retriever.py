@@ -78,13 +78,13 @@ class Retriever:
         if self.embedder.identity != m["embedder"]["identity"]:
             raise ValueError(f"index {self.data.path} was embedded with {m['embedder']['identity']}, "
                              f"not {self.embedder.identity}")
-        self.passages = self.data.passages
+        self.passages = self.data.passage_rows  # parsed when read: no Python object per passage in memory
         self.n_passages = len(self.passages)
         self.dense = self.data.search_index(self.cfg.device)
         self._dense_scan = batch_scan(self.dense) if self.cfg.batch_scan != "blas" else None
         self._dense_screen = small_scan(self.dense) if self.cfg.small_batch_scan != "float" else None
         self.passage_emb = np.ascontiguousarray(self.data.passage_emb)
-        self.facts = self.data.facts
+        self.facts = self.data.fact_rows
         self._graph_ready = False
         self._graph_lock = threading.Lock()
         self.fact_filter = None
@@ -172,7 +172,7 @@ class Retriever:
         passage texts; not the shared query encoder. Memory-mapped matrices count in full (what they occupy once
         touched). For ``/health``, where several indexes share one process and its RSS says nothing per index."""
         arrays: list[Any] = [self.passage_emb]
-        total = sum(len(p.text) + len(p.title) for p in self.passages)
+        total = self.data.passage_rows.bounds[-1]  # the passages' JSONL, mapped: the texts, and their ids and titles
         ntotal, dim = getattr(self.dense, "ntotal", 0), getattr(self.dense, "d", 0)
         total += int(ntotal) * int(dim) * 4  # the FAISS index's own copy of the vectors (exact for a flat index)
         if self._dense_screen is not None:
@@ -189,7 +189,7 @@ class Retriever:
             if solver is not None:
                 arrays += [solver.S.data, solver.S.indices, solver.S.indptr, solver.M.data, solver.M.indices,
                            solver.M.indptr, solver.perm, solver.inv, solver.sqrt_deg, solver.inv_sqrt_deg]
-        return total + sum(int(a.nbytes) for a in arrays)
+        return int(total) + sum(int(a.nbytes) for a in arrays)
 
     def dense_hits(self, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids), each b × n best first, of the dense index for unit query rows ``q``, as every search
