@@ -110,18 +110,22 @@ class CompactGraph:
         self.weights, self.kinds = arrays[WEIGHTS], arrays[KINDS]
         self.names = NameTable(arrays[NAMES], arrays[NAME_OFFSETS], arrays[NAME_HASHES], arrays[NAME_ORDER])
         self.vertex_passage_counts, self.fact_ends = arrays[PASSAGE_COUNTS], arrays[FACT_ENDS]
+        self._ecount: int | None = None
 
     def vcount(self) -> int:
         return len(self.indptr) - 1
 
     def ecount(self) -> int:
-        """Undirected edges: every stored entry once from each end, a self-loop's once."""
+        """Undirected edges: every stored entry once from each end, a self-loop's once (counted once, then kept)."""
+        if self._ecount is not None:
+            return self._ecount
         loops = 0
         for lo in range(0, self.vcount(), 1 << 20):  # in chunks: a row index per entry would be a large temporary
             hi = min(lo + (1 << 20), self.vcount())
             rows = np.repeat(np.arange(lo, hi), np.diff(self.indptr[lo:hi + 1]))
             loops += int(np.count_nonzero(self.indices[self.indptr[lo]:self.indptr[hi]] == rows))
-        return (int(self.indptr[-1]) + loops) // 2
+        self._ecount = (int(self.indptr[-1]) + loops) // 2
+        return self._ecount
 
     def adjacency(self) -> sp.csr_matrix:
         """The symmetric weighted adjacency over the mapped arrays (no copy)."""
