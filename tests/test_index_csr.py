@@ -191,3 +191,29 @@ def test_passage_and_fact_rows_read_on_demand_equal_the_parsed_lists(idx: Path) 
     assert rows[1] == data.facts[1] and len(rows) == len(data.facts)
     with pytest.raises(IndexFormatError, match=r"facts.jsonl:3: corrupt row"):
         rows[2]  # noqa: B018 - reading it is the check
+
+
+def test_entities_a_text_names_are_those_the_name_dictionary_gave(idx: Path) -> None:
+    """The name table's batch lookup against the dictionary of every entity name the retriever used to hold (the
+    same greedy longest-first, non-overlapping match)."""
+    from graph_index.normalize import normalize_phrase
+
+    data = IndexData(idx)
+    names = data.graph.vs["name"]
+    vertex = {n[len(ENTITY_PREFIX):]: v for v, n in enumerate(names) if n.startswith(ENTITY_PREFIX)}
+    longest = min(max(len(e.split()) for e in vertex), 8)
+
+    def reference(text: str) -> list[int]:
+        words, found = normalize_phrase(text).split(), []
+        taken = [False] * len(words)
+        for n in range(min(longest, len(words)), 0, -1):
+            for i in range(len(words) - n + 1):
+                v = vertex.get(" ".join(words[i:i + n]))
+                if v is not None and not any(taken[i:i + n]):
+                    found.append(v)
+                    taken[i:i + n] = [True] * n
+        return found
+
+    texts = [*QUESTIONS, " ".join(vertex), "nothing here at all", ""]
+    assert any(reference(t) for t in texts)
+    assert [data.entities_in(t) for t in texts] == [reference(t) for t in texts]
