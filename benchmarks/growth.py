@@ -4,6 +4,7 @@
     python benchmarks/growth.py build 10000 100000 1000000             # one synthetic index per size
     python benchmarks/growth.py serve 10000 100000 1000000             # load each in a fresh process; latency
     python benchmarks/growth.py report                                 # fit, plot, table
+    python benchmarks/growth.py compact 1000000                        # add the compact graph to an older build
 
 Every size writes its own result JSON (``--results``, default ``benchmarks/results/growth``); a size whose JSON exists
 is skipped, so a killed run resumes. Indexes go to ``--work`` (default ``indexes/growth``, git-ignored).
@@ -84,6 +85,17 @@ def cmd_build(args: argparse.Namespace) -> None:
         else:  # a fresh process per size, so each peak RSS is its own
             subprocess.run([sys.executable, __file__, "build", str(n), "--child", "--results", args.results,
                             "--work", args.work], check=True)
+
+
+def cmd_compact(args: argparse.Namespace) -> None:
+    """Give indexes built before the compact graph files (graph_index.csr) those files, from the same seed's graph."""
+    from growth_synth import add_compact
+
+    prof = json.loads((Path(args.results) / "profile.json").read_text())
+    for n in args.sizes:
+        t = time.perf_counter()
+        add_compact(Path(args.work) / f"p{n}", n, prof, seed=n)
+        print(f"compact {n}: {time.perf_counter() - t:.1f} s", flush=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -258,21 +270,22 @@ def plot(rows: list[dict], fits: dict, out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("profile", "build", "serve", "report"):
+    for name in ("profile", "build", "compact", "serve", "report"):
         p = sub.add_parser(name)
         p.add_argument("--results", default=str(DEFAULT_RESULTS))
         p.add_argument("--work", default=str(DEFAULT_WORK))
         p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
         if name == "profile":
             p.add_argument("index")
-        if name in ("build", "serve"):
+        if name in ("build", "compact", "serve"):
             p.add_argument("sizes", nargs="+", type=int)
         if name == "serve":
             p.add_argument("--queries", type=int, default=32)
         if name == "report":
             p.add_argument("--plot", default=str(PLOT))
     args = ap.parse_args()
-    {"profile": cmd_profile, "build": cmd_build, "serve": cmd_serve, "report": cmd_report}[args.cmd](args)
+    {"profile": cmd_profile, "build": cmd_build, "compact": cmd_compact, "serve": cmd_serve,
+     "report": cmd_report}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,12 @@ import faiss
 import igraph as ig
 import numpy as np
 
-from graph_index import integrity, store, versions
+from graph_index import csr, integrity, store, versions
 from graph_index.config import IndexConfig
 from graph_index.corpus import write_jsonl
 from graph_index.embedders.base import Embedder
 from graph_index.graph import FACT, MENTION, SYNONYM, TITLE
-from graph_index.layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, GRAPH, OPENIE,
+from graph_index.layout import (ALL_FILES, CSR_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, GRAPH, OPENIE,
                                 PASSAGE_EMB, PASSAGES, SYNONYMS)
 from synth_graph import synthetic_graph
 
@@ -97,6 +97,34 @@ def _write_unit_rows(path: Path, rows: int, rng: np.random.Generator, f16: Path 
         f.close()
 
 
+def _edge_kinds(sg: Any) -> np.ndarray:
+    """Each edge's kinds bitmask: passage–entity edges first (mentions, the title's), then entity–entity."""
+    pe_kinds = np.full(len(sg.pe_p), MENTION, dtype=np.int64)
+    pe_kinds[sg.offsets[:-1][sg.titled]] |= TITLE
+    return np.concatenate([pe_kinds, np.where(sg.ee_fact, FACT, 0) | np.where(sg.ee_syn, SYNONYM, 0)])
+
+
+def _vertex_names(n: int, ent_names: list[str]) -> list[str]:
+    return [f"p:{i:016x}" for i in range(n)] + ["e:" + e for e in ent_names]
+
+
+def _compact(n: int, sg: Any, kinds: np.ndarray, vertex_names: list[str]) -> dict[str, np.ndarray]:
+    """The compact graph's arrays (graph_index.csr) of the synthetic graph; fact ends are known, not looked up."""
+    return csr.compact_arrays(n=n + sg.n_ent, sources=sg.src, targets=sg.dst, weights=sg.weights, kinds=kinds,
+                              names=vertex_names,
+                              vertex_passage_counts=np.concatenate([np.zeros(n), sg.entity_passages]),
+                              fact_ends=np.column_stack([sg.fs, sg.fo]) + n)
+
+
+def add_compact(out: Path, n: int, prof: dict[str, Any], *, seed: int) -> None:
+    """Write the compact graph files into an index :func:`write_synthetic` wrote before they existed, from the same
+    seed's graph (the generator is deterministic), instead of converting its GraphML (which takes as long as the
+    load it replaces); unrecorded, as a conversion on load leaves them."""
+    sg = synthetic_graph(n, prof, rng=np.random.default_rng(seed))
+    names = _vertex_names(n, [f"ent{j:09d}" for j in range(sg.n_ent)])
+    csr.write_compact_graph(versions.resolve(Path(out)), _compact(n, sg, _edge_kinds(sg), names))
+
+
 def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0) -> dict[str, Any]:
     """Write an index of ``n`` synthetic passages at ``out`` (published atomically); returns counts and timings."""
     rng = np.random.default_rng(seed)
@@ -113,26 +141,24 @@ def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0) -
     n_fact = len(fact_p)
     syn_a, syn_b, syn_w = sg.syn
     lap("sample")
-    pe_kinds = np.full(len(pe_p), MENTION, dtype=np.int64)
-    pe_kinds[offsets[:-1][titled]] |= TITLE
-    ee_kinds = np.where(sg.ee_fact, FACT, 0) | np.where(sg.ee_syn, SYNONYM, 0)
-    src, dst, weights = sg.src, sg.dst, sg.weights
-    kinds = np.concatenate([pe_kinds, ee_kinds])
+    src, dst, weights, kinds = sg.src, sg.dst, sg.weights, _edge_kinds(sg)
     counts = {"passages": n, "entities": n_ent, "facts": n_fact, "synonymy_edges": sg.n_synonym_pairs,
               "nodes": n + n_ent, "edges": int(len(src)), "fact_edges": int(sg.ee_fact.sum()),
               "mention_edges": int(len(pe_p)), "title_edges": int(titled.sum()), "synonym_edges": int(sg.ee_syn.sum())}
-    del sg, ee_kinds, pe_kinds
     lap("edges")
 
     ent_names = [f"ent{j:09d}" for j in range(n_ent)]
+    vertex_names = _vertex_names(n, ent_names)
+    compact = _compact(n, sg, kinds, vertex_names)
+    del sg
     g = ig.Graph(n=n + n_ent)
     g.add_edges(np.column_stack([src, dst]))
     del src, dst
-    g.vs["name"] = [f"p:{i:016x}" for i in range(n)] + ["e:" + e for e in ent_names]
+    g.vs["name"] = vertex_names
     g.vs["kind"] = ["passage"] * n + ["entity"] * n_ent
     g.es["weight"] = weights.tolist()
     g.es["kinds"] = kinds.tolist()
-    del weights, kinds
+    del weights, kinds, vertex_names
     lap("graph")
 
     out = Path(out)
@@ -165,6 +191,8 @@ def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0) -
         lap("jsonl")
         g.write_graphml(str(d / GRAPH))
         del g
+        csr.write_compact_graph(d, compact)
+        del compact
         lap("graphml")
         dense = faiss.IndexFlatIP(DIM)
         _write_unit_rows(d / PASSAGE_EMB, n, rng, dense=dense)
@@ -181,7 +209,7 @@ def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0) -
             "dense_index": "IndexFlatIP", "config": IndexConfig().recorded(), "counts": counts,
             "synthetic": {"profile": prof["index"], "seed": seed},
             "files": {name: integrity.file_record(d / name, rows.get(name))
-                      for name in (*ALL_FILES[1:], FACT_EMB_F16)},
+                      for name in (*ALL_FILES[1:], FACT_EMB_F16, *CSR_FILES)},
         }
         lap("checksums")
         store.write_manifest(d, manifest)

@@ -23,9 +23,17 @@ FACT_EMB_F16 = "fact_embeddings.f16.npy"
 """The float16 copy of the fact rows that exact fact matching screens with (derived from FACT_EMB): written by the
 build so that a loaded index maps it instead of converting 2 bytes per value into anonymous memory. Optional: an
 index written before it existed gets it on first load (:meth:`graph_index.store.IndexData.fact_emb_f16`)."""
+INDPTR, INDICES, WEIGHTS, KINDS = "graph.indptr.npy", "graph.indices.npy", "graph.weights.npy", "graph.kinds.npy"
+NAMES, NAME_OFFSETS = "vertex_names.bin", "vertex_names.offsets.npy"
+NAME_HASHES, NAME_ORDER = "vertex_names.hashes.npy", "vertex_names.order.npy"
+PASSAGE_COUNTS, FACT_ENDS = "vertex_passage_counts.npy", "fact_ends.npy"
+CSR_FILES = (INDICES, WEIGHTS, KINDS, NAMES, NAME_OFFSETS, NAME_HASHES, NAME_ORDER, PASSAGE_COUNTS, FACT_ENDS, INDPTR)
+"""The compact serving graph (:mod:`graph_index.csr`), derived from GRAPH, ENTITIES and FACTS: written by the build,
+or on an older index's first load. In this order, ``graph.indptr.npy`` last, so that its presence (with the others')
+marks a complete set."""
 DATA_FILES = (PASSAGES, OPENIE, ENTITIES, FACTS, SYNONYMS, PASSAGE_EMB, ENTITY_EMB, FACT_EMB, DENSE, GRAPH)
 ALL_FILES = (MANIFEST, *DATA_FILES)
-DERIVED_FILES = (FACT_EMB_F16,)
+DERIVED_FILES = (FACT_EMB_F16, *CSR_FILES)
 """Files computed from a data file: checked like one when the manifest records them, never required."""
 
 #: Which manifest count gives the number of rows of a file (synonyms.jsonl has no count of its own).

@@ -14,12 +14,17 @@ One version of an index holds (written into a temporary sibling directory, then 
     fact_embeddings.f16.npy  float16 copy of the fact rows (exact fact matching screens with it); optional, derived
     passages.faiss           the dense index (CPU form)
     graph.graphml            the knowledge graph, written by python-igraph
+    graph.*.npy, vertex_names.*, vertex_passage_counts.npy, fact_ends.npy
+                             the graph as searches use it: CSR arrays and a vertex-name table (graph_index.csr);
+                             derived, written by the build, converted from GraphML on an older index's first load
 
 Writers (build, ``index add``, ``index delete``) hold the index's lock (:func:`write_lock`); readers never do,
-except to add the float16 fact copy to an index written before it existed (once, without waiting).
+except to add the float16 fact copy or the compact graph to an index written before they existed (once, without
+waiting).
 
 Loading maps the big matrices instead of copying them: the ``.npy`` files with ``np.load(mmap_mode="r")``, a flat
-FAISS index with ``IO_FLAG_MMAP_IFC``, the float16 fact copy from its own file. Their pages are then the page
+FAISS index with ``IO_FLAG_MMAP_IFC``, the float16 fact copy and the compact graph from their own files; a search
+reads passages and facts from their JSONL files' mappings, one row when it needs it (:class:`JsonlRows`). Their pages are then the page
 cache's, shared by every process serving the index, and a server's anonymous memory does not grow with them.
 """
 
@@ -28,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
+import mmap
 import os
 import shutil
 import sys
@@ -43,14 +49,14 @@ import faiss
 import igraph as ig
 import numpy as np
 
-from . import integrity, versions
+from . import csr, integrity, versions
 from .atomic import atomic_path
 from .config import DenseIndexConfig, IndexConfig
 from .corpus import Passage, append_jsonl, write_jsonl
 from .dense import maybe_to_gpu
-from .graph import entity_vertices
-from .layout import (ALL_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, FORMAT, FORMAT_VERSION,
-                     GRAPH, MANIFEST, OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS, IndexFormatError,
+from .graph import ENTITY_PREFIX
+from .layout import (ALL_FILES, CSR_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, FORMAT,
+                     FORMAT_VERSION, GRAPH, MANIFEST, OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS, IndexFormatError,
                      IndexNotFoundError)
 from .lock import DEFAULT_LOCK_TIMEOUT_S, IndexBusyError, index_lock
 from .normalize import normalize_phrase
@@ -188,9 +194,10 @@ def write_index_files(
     write_f16(d / FACT_EMB, d / FACT_EMB_F16)
     faiss.write_index(dense, str(d / DENSE))
     graph.write_graphml(str(d / GRAPH))
+    csr.write_compact_graph(d, csr.arrays_from_igraph(graph, entity_passages, facts))
     rows = {PASSAGES: passages, OPENIE: passages, ENTITIES: len(entities), FACTS: len(facts), SYNONYMS: len(synonyms)}
     manifest["files"] = {name: integrity.file_record(d / name, rows.get(name))
-                         for name in (*ALL_FILES[1:], FACT_EMB_F16)}
+                         for name in (*ALL_FILES[1:], FACT_EMB_F16, *CSR_FILES)}
 
 
 F16_CHUNK_ROWS = 65_536
@@ -244,6 +251,58 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if missing:
         raise IndexFormatError(f"{path}: incomplete index, missing {', '.join(missing)}", path)
     return manifest
+
+
+class JsonlRows(Sequence[T]):
+    """The rows of a JSONL part, parsed one at a time when asked for, from the file's mapping and an index of where each
+    row starts: what a search reads of a large corpus (its top passages, its seed facts) without a Python object per
+    row in memory. A row that does not parse is an :class:`IndexFormatError` naming ``file:line``, when it is read.
+
+    Why: at 1M synthetic passages the parsed passages and facts (8.8M triples) held about 2 GiB of anonymous
+    memory and took most of the load's time (``docs/scaling.md``)."""
+
+    def __init__(self, path: Path, convert: Callable[[Any], T], rows: int | None) -> None:
+        self.path, self.convert = path, convert
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self.bounds = _row_bounds(self._map)
+        """Row i is ``bounds[i]:bounds[i+1]`` (with its newline, and any blank lines after it: JSON ignores them)."""
+        if rows is not None and len(self) != rows:
+            raise IndexFormatError(f"{path}: {len(self):,} rows, the manifest says {rows:,}; {REBUILD_HINT}", path)
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, i):  # noqa: ANN001, ANN204 - an index or a slice, as a list takes
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"row {i} of {len(self)}")
+        start = int(self.bounds[i])
+        try:
+            return self.convert(json.loads(self._map[start:int(self.bounds[i + 1])]))
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            line = self._map[:start].count(b"\n") + 1
+            raise IndexFormatError(f"{self.path}:{line}: corrupt row ({type(exc).__name__}: {exc}); {REBUILD_HINT}",
+                                   self.path) from None
+
+    def __iter__(self) -> Iterator[T]:
+        return (self[i] for i in range(len(self)))
+
+
+def _row_bounds(buf: Any, chunk: int = 1 << 26) -> np.ndarray:
+    """Where each non-blank line of ``buf`` starts, then ``len(buf)``: newlines found a chunk at a time."""
+    found = [np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=min(chunk, len(buf) - lo), offset=lo) == 10) + lo
+             for lo in range(0, len(buf), chunk)]
+    breaks = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+    starts = np.concatenate([[0], breaks + 1]).astype(np.int64)
+    starts = starts[starts < len(buf)]  # not the position after a final newline
+    blank = np.zeros(len(starts), dtype=bool)
+    blank[:len(breaks)] = breaks[:len(starts)] == starts[:len(breaks)]  # a line that is only its newline
+    return np.append(starts[~blank], len(buf)).astype(np.int64)
 
 
 class IndexData:
@@ -313,7 +372,17 @@ class IndexData:
 
     @cached_property
     def passages(self) -> list[Passage]:
-        return self._rows(PASSAGES, lambda r: Passage(id=str(r["id"]), title=r["title"], text=r["text"]))
+        return self._rows(PASSAGES, _passage)
+
+    @cached_property
+    def passage_rows(self) -> JsonlRows[Passage]:
+        """The passages, each parsed when read (:class:`JsonlRows`): what a search serves from."""
+        return JsonlRows(self.path / PASSAGES, _passage, integrity.expected_rows(self.manifest, PASSAGES))
+
+    @cached_property
+    def fact_rows(self) -> JsonlRows[Triple]:
+        """The facts, each parsed when read (:class:`JsonlRows`)."""
+        return JsonlRows(self.path / FACTS, _triple, integrity.expected_rows(self.manifest, FACTS))
 
     @cached_property
     def openie(self) -> list[OpenIEResult]:
@@ -331,11 +400,7 @@ class IndexData:
     @cached_property
     def facts(self) -> list[Triple]:
         # the same entity (and relation) recurs in many facts: one string object each, not one per occurrence
-        def triple(r: Any) -> Triple:
-            s, rel, o = r
-            return (sys.intern(s), sys.intern(rel), sys.intern(o))
-
-        return self._rows(FACTS, triple)
+        return self._rows(FACTS, _interned_triple)
 
     @cached_property
     def synonyms(self) -> Selections:
@@ -429,46 +494,76 @@ class IndexData:
         return np.arange(int(self.manifest["counts"]["passages"]))
 
     @cached_property
-    def entity_vertices(self) -> dict[str, int]:
-        """Normalised entity name → its graph vertex."""
-        return entity_vertices(self.graph)
+    def compact_graph(self) -> csr.CompactGraph:
+        """The graph as searches use it: CSR arrays, vertex names, passage counts and fact ends, mapped from their
+        files (:mod:`graph_index.csr`). An index written before those files existed gets them now, converted from its
+        GraphML and written atomically into its version under the index's lock, taken without waiting (as
+        :attr:`fact_emb_f16`); when the lock is busy or the directory is read-only, the conversion is kept in memory
+        instead."""
+        counts = self.manifest["counts"]
+        nodes = int(counts["passages"]) + int(counts.get("entities", 0))
+        facts = integrity.expected_rows(self.manifest, FACTS)
+        if not csr.present(self.path):
+            try:
+                owner = versions.owner_of(self.path) or self.root  # the lock writers of this version take
+                with index_lock(owner, timeout=0, op="derive the compact graph"):
+                    if not csr.present(self.path):
+                        log.warning("%s: converting the graph to its compact files (once per index)", self.path)
+                        csr.write_compact_graph(self.path, self._compact_arrays())
+            except (IndexBusyError, OSError) as exc:
+                log.warning("%s: compact graph kept in memory (%s)", self.path, exc)
+                return csr.CompactGraph(self._compact_arrays())
+        return csr.load_compact_graph(self.path, nodes=nodes, facts=len(self.fact_rows) if facts is None else facts)
 
-    @cached_property
+    def _compact_arrays(self) -> dict[str, np.ndarray]:
+        """The compact graph's arrays, from the GraphML graph, the entities' passage counts and the facts."""
+        arrays = csr.arrays_from_igraph(self.graph, self.entity_passage_counts, self.facts)
+        self.__dict__.pop("graph", None)  # the igraph object served only this conversion
+        release_freed_memory()
+        return arrays
+
+    @property
     def fact_ends(self) -> np.ndarray:
         """``(facts, 2)`` int64: the vertices of each fact's subject and object (-1 where an end is no node)."""
-        vertex = self.entity_vertices
-        ends = np.full((len(self.facts), 2), -1, dtype=np.int64)
-        for j, (s, _, o) in enumerate(self.facts):
-            ends[j, 0] = vertex.get(s, -1)
-            ends[j, 1] = vertex.get(o, -1)
-        return ends
+        return self.compact_graph.fact_ends
 
-    @cached_property
+    @property
     def vertex_passage_counts(self) -> np.ndarray:
         """Per graph vertex, how many passages link to it (entities; 0 for passage vertices): what HippoRAG 2
         divides an entity seed's weight by."""
-        counts = np.zeros(self.graph.vcount(), dtype=np.float64)
-        counts[len(self.passage_vertices):] = self.entity_passage_counts
-        return counts
+        return self.compact_graph.vertex_passage_counts
+
+    def entity_vertex(self, names: Sequence[str]) -> np.ndarray:
+        """The vertex of each normalised entity name (-1 where it is no entity node)."""
+        return self.compact_graph.names.lookup([ENTITY_PREFIX + n for n in names])
+
+    def vertex_label(self, v: int) -> str:
+        """A vertex's name without its prefix: the passage id or the normalised entity name."""
+        return self.compact_graph.names.name(v).split(":", 1)[1]
 
     @cached_property
     def _longest_entity(self) -> int:
-        return min(max((len(e.split()) for e in self.entity_vertices), default=1), 8)
+        names = self.compact_graph.names
+        start, longest = len(self.passage_vertices), 1
+        for lo in range(start, len(names), 1 << 20):  # in chunks: a whole graph's blob would be a large temporary
+            longest = max(longest, int(names.words_per_name(lo, min(lo + (1 << 20), len(names))).max(initial=1)))
+            if longest >= 8:
+                break
+        return min(longest, 8)
 
     def entities_in(self, text: str) -> list[int]:
         """Entity vertices ``text`` names verbatim: its longest normalised n-grams that are entity nodes, not
         overlapping (so "new york city" does not also give "york"), longest first."""
         words = normalize_phrase(text).split()
+        spans = [(i, n) for n in range(min(self._longest_entity, len(words)), 0, -1)
+                 for i in range(len(words) - n + 1)]
+        vertex = self.entity_vertex([" ".join(words[i:i + n]) for i, n in spans])  # one lookup for every n-gram
         taken = [False] * len(words)
         found: list[int] = []
-        for n in range(min(self._longest_entity, len(words)), 0, -1):
-            for i in range(len(words) - n + 1):
-                if any(taken[i : i + n]):
-                    continue
-                v = self.entity_vertices.get(" ".join(words[i : i + n]))
-                if v is not None:
-                    found.append(v)
-                    taken[i : i + n] = [True] * n
+        for (i, n), v in zip(spans, vertex.tolist()):
+            if v >= 0 and not any(taken[i:i + n]):
+                found.append(v)
+                taken[i:i + n] = [True] * n
         return found
 
     def search_index(self, device: str = "auto") -> faiss.Index:
@@ -485,7 +580,8 @@ class IndexData:
         The dense index is read only when the manifest records no file sizes: otherwise its size (checked at
         open) and header suffice, and a large index is not loaded just to be counted.
         """
-        for part in ("passages", "openie", "entities", "entity_passage_counts", "facts", "synonyms", "graph"):
+        for part in ("passages", "openie", "entities", "entity_passage_counts", "facts", "synonyms", "graph",
+                     "compact_graph"):
             getattr(self, part)
         if "files" in self.manifest:
             path = self.path / DENSE
@@ -507,6 +603,20 @@ class IndexData:
     @property
     def counts(self) -> dict[str, int]:
         return dict(self.manifest.get("counts", {}))
+
+
+def _passage(r: Any) -> Passage:
+    return Passage(id=str(r["id"]), title=r["title"], text=r["text"])
+
+
+def _triple(r: Any) -> Triple:
+    s, rel, o = r
+    return (str(s), str(rel), str(o))
+
+
+def _interned_triple(r: Any) -> Triple:
+    s, rel, o = r
+    return (sys.intern(s), sys.intern(rel), sys.intern(o))
 
 
 def release_freed_memory() -> None:

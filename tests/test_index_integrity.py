@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from graph_index.layout import CSR_FILES
 from graph_index.store import IndexData, IndexFormatError
 from routerag.cli import app
 from routerag.config import RetrievalConfig
@@ -50,7 +51,7 @@ def test_the_manifest_records_every_data_file(idx: Path) -> None:
     m = json.loads((idx / "manifest.json").read_text())
     assert set(m["files"]) == {"passages.jsonl", "openie.jsonl", "entities.jsonl", "facts.jsonl", "synonyms.jsonl",
                                "passage_embeddings.npy", "entity_embeddings.npy", "fact_embeddings.npy",
-                               "fact_embeddings.f16.npy", "passages.faiss", "graph.graphml"}
+                               "fact_embeddings.f16.npy", "passages.faiss", "graph.graphml", *CSR_FILES}
     rec = m["files"]["entity_embeddings.npy"]
     assert rec["shape"] == [m["counts"]["entities"], 384] and len(rec["sha256"]) == 64
     assert m["files"]["passages.jsonl"]["rows"] == 5
@@ -85,6 +86,8 @@ def test_a_count_mismatch_is_named_not_a_numpy_broadcast_error(idx: Path, runner
     ents.write_text("".join(ents.read_text().splitlines(keepends=True)[:-1]))  # one entity row lost
     res = runner.invoke(app, ["info", str(idx)])
     assert res.exit_code == 1 and "entities.jsonl" in res.output and "broadcast" not in res.output, res.output
+    for name in CSR_FILES:  # an index from before the compact graph: converting it reads entities.jsonl
+        (idx / name).unlink()
     retriever = Retriever(idx, RetrievalConfig(), embedder=minilm)
     with pytest.raises(IndexFormatError, match=r"entities\.jsonl: .* rows, the manifest says"):
         retriever.search(["Who discovered radium?"], mode="graph", k=2)
@@ -92,7 +95,7 @@ def test_a_count_mismatch_is_named_not_a_numpy_broadcast_error(idx: Path, runner
 
 def test_info_verify_catches_a_changed_byte(idx: Path, runner: CliRunner) -> None:
     res = runner.invoke(app, ["info", str(idx), "--verify"])
-    assert res.exit_code == 0 and "verified  11 files" in res.output, res.output
+    assert res.exit_code == 0 and "verified  21 files" in res.output, res.output
     # same size, still valid JSON: only the checksum can tell
     p = idx / "passages.jsonl"
     text = p.read_text()

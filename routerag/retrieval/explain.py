@@ -23,7 +23,8 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from graph_index.graph import FACT, KIND_NAMES, SYNONYM
+from graph_index.csr import CompactGraph
+from graph_index.graph import FACT, KIND_NAMES, PASSAGE_PREFIX, SYNONYM
 
 from .retriever import Retriever, Seeds
 from .types import QueryError, RetrievedDoc
@@ -146,9 +147,8 @@ def explain(retriever: Retriever, query: str, mode: str = "graph", k: int | None
     seeds, facts, fallback = retriever.query_seeds(query, vector)
     mass = retriever.ppr(seeds.weights)
     data = retriever.data
-    g = data.graph
-    row_of = {p.id: i for i, p in enumerate(retriever.passages)}
-    tops = [row_of[d.id] for d in result.docs]
+    g = data.compact_graph
+    tops = g.names.lookup([PASSAGE_PREFIX + d.id for d in result.docs]).tolist()  # passage i is vertex i
     entity_seeds = _entity_seeds(seeds)
     shown_seeds = entity_seeds[: limits.max_seeds]
     found = _strongest_paths(g, mass, shown_seeds, tops, limits)
@@ -188,9 +188,9 @@ def explain(retriever: Retriever, query: str, mode: str = "graph", k: int | None
     nodes = _nodes(retriever, chosen, mass, seeds, tops)
     _layout(nodes, edges, [v for v in shown_seeds if v in chosen], [v for v in tops if v in chosen])
     drawn = set(chosen)
-    vertex = data.entity_vertices
-    seed_facts = [SeedFact(s, r, o, round(float(score), 6), [v for v in (vertex.get(s), vertex.get(o)) if v in drawn])
-                  for (s, r, o), score in facts]
+    ends = data.entity_vertex([e for (s, _, o), _ in facts for e in (s, o)]).reshape(-1, 2).tolist()
+    seed_facts = [SeedFact(s, r, o, round(float(score), 6), [v for v in vs if v in drawn])
+                  for ((s, r, o), score), vs in zip(facts, ends)]
     paths = [PassagePaths(v, retriever.passages[v].title, i + 1, kept[v]) for i, v in enumerate(tops) if v in drawn]
     return Explanation(query=result.query, mode=mode, docs=result.docs, facts=seed_facts, nodes=nodes, edges=edges,
                        paths=paths, fallback=fallback, truncated=any(omitted.values()), omitted=omitted,
@@ -216,7 +216,7 @@ def _entity_seeds(seeds: Seeds) -> list[int]:
     return sorted(found, key=lambda v: (-seeds.weights[v], v))
 
 
-def _strongest_paths(g: Any, mass: np.ndarray, seeds: list[int], tops: list[int],
+def _strongest_paths(g: CompactGraph, mass: np.ndarray, seeds: list[int], tops: list[int],
                      limits: ExplainLimits) -> dict[int, list[EvidencePath]]:
     """Per top passage, up to ``paths_per_passage`` cheapest simple paths from any seed (see the module docstring)."""
     out: dict[int, list[EvidencePath]] = {v: [] for v in tops}
@@ -228,8 +228,7 @@ def _strongest_paths(g: Any, mass: np.ndarray, seeds: list[int], tops: list[int]
     pool = {v for v in pool if mass[v] > 0}
     cost = {v: -math.log(float(mass[v]) / heaviest) for v in pool}
     graph = nx.Graph()
-    for e in g.es.select(_within=sorted(pool)):
-        u, v = e.tuple
+    for u, v, _, _ in g.edges_within(pool):
         graph.add_edge(u, v, cost=(cost[u] + cost[v]) / 2 + _EPS)
     seeded = set(seeds)
     source = -1  # a virtual vertex joined to every seed: one search finds the best path from any of them
@@ -253,18 +252,18 @@ def _strongest_paths(g: Any, mass: np.ndarray, seeds: list[int], tops: list[int]
     return out
 
 
-def _heavy_neighbours(g: Any, mass: np.ndarray, chosen: list[int], n: int) -> list[int]:
+def _heavy_neighbours(g: CompactGraph, mass: np.ndarray, chosen: list[int], n: int) -> list[int]:
     """The ``n`` heaviest vertices next to ``chosen`` and not in it."""
     if n < 1 or not chosen:
         return []
-    near = {v for vs in g.neighborhood(chosen, order=1) for v in vs} - set(chosen)
+    near = g.neighbours(chosen) - set(chosen)
     return sorted(near, key=lambda v: (-mass[v], v))[:n]
 
 
 def _nodes(retriever: Retriever, chosen: list[int], mass: np.ndarray, seeds: Seeds, tops: list[int]
            ) -> list[ExplainNode]:
     drawn = set(chosen)
-    names = {v: name for name, v in retriever.data.entity_vertices.items() if v in drawn}
+    names = {v: retriever.data.vertex_label(v) for v in drawn if v >= retriever.n_passages}
     rank = {v: i + 1 for i, v in enumerate(tops)}
     origins = seeds.origins or {}
     out = []
@@ -294,11 +293,10 @@ def _edges(retriever: Retriever, chosen: list[int], facts: list[tuple[tuple[str,
         if triple in seed_score:
             scores[pair] = max(scores.get(pair, 0.0), seed_score[triple])
     out = []
-    for e in data.graph.es.select(_within=drawn.tolist()):
-        u, v = e.tuple
-        kind, kinds = edge_kind(int(e["kinds"]))
+    for u, v, weight, bits in data.compact_graph.edges_within(drawn.tolist()):
+        kind, kinds = edge_kind(bits)
         pair = frozenset((u, v))
-        out.append(ExplainEdge(source=u, target=v, kind=kind, kinds=kinds, weight=round(float(e["weight"]), 6),
+        out.append(ExplainEdge(source=u, target=v, kind=kind, kinds=kinds, weight=round(weight, 6),
                                relations=sorted(set(relations.get(pair, []))),
                                seed_fact=round(scores[pair], 6) if pair in scores else None))
     return out

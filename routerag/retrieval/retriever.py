@@ -78,13 +78,13 @@ class Retriever:
         if self.embedder.identity != m["embedder"]["identity"]:
             raise ValueError(f"index {self.data.path} was embedded with {m['embedder']['identity']}, "
                              f"not {self.embedder.identity}")
-        self.passages = self.data.passages
+        self.passages = self.data.passage_rows  # parsed when read: no Python object per passage in memory
         self.n_passages = len(self.passages)
         self.dense = self.data.search_index(self.cfg.device)
         self._dense_scan = batch_scan(self.dense) if self.cfg.batch_scan != "blas" else None
         self._dense_screen = small_scan(self.dense) if self.cfg.small_batch_scan != "float" else None
         self.passage_emb = np.ascontiguousarray(self.data.passage_emb)
-        self.facts = self.data.facts
+        self.facts = self.data.fact_rows
         self._graph_ready = False
         self._graph_lock = threading.Lock()
         self.fact_filter = None
@@ -107,20 +107,20 @@ class Retriever:
         self.search(["warm up"], mode="hybrid", k=1)
 
     def _load_graph(self) -> None:
-        g = self.data.graph
-        self.fact_ends = self.data.fact_ends
+        graph = self.data.compact_graph  # mapped arrays: no igraph object, no Python object per vertex
+        self.fact_ends = graph.fact_ends
         fact_emb = np.ascontiguousarray(self.data.fact_emb)
         self.fact_scorer = (
             FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads,
                        batch_scan=self.cfg.batch_scan, small_batch_scan=self.cfg.small_batch_scan)
             if self.cfg.fact_index == "exact" else FaissFactScorer(fact_emb, self.cfg.fact_index))
-        self.entity_passages = self.data.vertex_passage_counts
-        self.n_nodes = g.vcount()
+        self.entity_passages = graph.vertex_passage_counts
+        self.n_nodes = graph.vcount()
         self._passage_rows = self.data.passage_vertices
         if self.cfg.ppr_backend == "batched":
-            self.solver = PPRSolver.from_igraph(g, damping=self.cfg.damping, tol=self.cfg.ppr_tol,
-                                                device=self.cfg.device)
-        release_freed_memory()  # the solver's temporary edge lists
+            self.solver = PPRSolver(graph.adjacency(), damping=self.cfg.damping, tol=self.cfg.ppr_tol,
+                                    device=self.cfg.device)
+        release_freed_memory()  # the solver's temporary matrices
         self._graph_ready = True
 
     # -- public API -----------------------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ class Retriever:
         passage texts; not the shared query encoder. Memory-mapped matrices count in full (what they occupy once
         touched). For ``/health``, where several indexes share one process and its RSS says nothing per index."""
         arrays: list[Any] = [self.passage_emb]
-        total = sum(len(p.text) + len(p.title) for p in self.passages)
+        total = self.data.passage_rows.bounds[-1]  # the passages' JSONL, mapped: the texts, and their ids and titles
         ntotal, dim = getattr(self.dense, "ntotal", 0), getattr(self.dense, "d", 0)
         total += int(ntotal) * int(dim) * 4  # the FAISS index's own copy of the vectors (exact for a flat index)
         if self._dense_screen is not None:
@@ -189,7 +189,7 @@ class Retriever:
             if solver is not None:
                 arrays += [solver.S.data, solver.S.indices, solver.S.indptr, solver.M.data, solver.M.indices,
                            solver.M.indptr, solver.perm, solver.inv, solver.sqrt_deg, solver.inv_sqrt_deg]
-        return total + sum(int(a.nbytes) for a in arrays)
+        return int(total) + sum(int(a.nbytes) for a in arrays)
 
     def dense_hits(self, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids), each b × n best first, of the dense index for unit query rows ``q``, as every search
