@@ -23,9 +23,14 @@ FACT_EMB_F16 = "fact_embeddings.f16.npy"
 """The float16 copy of the fact rows that exact fact matching screens with (derived from FACT_EMB): written by the
 build so that a loaded index maps it instead of converting 2 bytes per value into anonymous memory. Optional: an
 index written before it existed gets it on first load (:meth:`graph_index.store.IndexData.fact_emb_f16`)."""
+PASSAGE_ANN = "passages.ann.faiss"
+FACT_ANN = "facts.ann.faiss"
+"""The scale profile's approximate indexes of the passage and fact rows (``graph_index/ann.py``; derived from
+PASSAGE_EMB and FACT_EMB): written by the build from ``ann.from_passages`` passages, else on first use."""
+ANN_FILES = {"passages": PASSAGE_ANN, "facts": FACT_ANN}
 DATA_FILES = (PASSAGES, OPENIE, ENTITIES, FACTS, SYNONYMS, PASSAGE_EMB, ENTITY_EMB, FACT_EMB, DENSE, GRAPH)
 ALL_FILES = (MANIFEST, *DATA_FILES)
-DERIVED_FILES = (FACT_EMB_F16,)
+DERIVED_FILES = (FACT_EMB_F16, PASSAGE_ANN, FACT_ANN)
 """Files computed from a data file: checked like one when the manifest records them, never required."""
 
 #: Which manifest count gives the number of rows of a file (synonyms.jsonl has no count of its own).
