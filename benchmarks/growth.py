@@ -20,6 +20,13 @@ here is this generator's write (no OpenIE, no embedding model), not ``routerag b
 would), then records RSS split into anonymous and file-backed pages (``/proc/self/status``), whether the embedding
 matrices are copies or maps, and latencies measured as ``benchmarks/retrieval_bench.py`` does with query vectors
 given: single-query p50/p95 per mode and the PPR stage alone, and batched ms per query.
+
+``serve --profiles default,scale`` opens one ``Retriever`` per retrieval profile (``default`` is the settings'
+defaults, ``exact`` and ``scale`` set ``retrieval.profile``) on the same loaded index, in the same process, and times
+them side by side: per query, every profile and mode in turn. Each later profile also gets its top-10 overlap with the
+first one's results per mode. Load time and RSS are the first profile's; a later profile's ``load_s`` is what it
+added (its approximate indexes are read, or built once and written, then). Its result is
+``serve_N_default-scale.json``.
 """
 
 from __future__ import annotations
@@ -102,15 +109,19 @@ def cmd_serve(args: argparse.Namespace) -> None:
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     for n in args.sizes:
-        res = results / f"serve_{n}.json"
+        profiles = args.profiles.split(",")
+        suffix = "" if profiles == ["default"] else "_" + "-".join(profiles)
+        res = results / f"serve_{n}{suffix}.json"
         if res.exists():
             print(f"serve {n}: done already ({res})")
             continue
         if not args.child:
             subprocess.run([sys.executable, __file__, "serve", str(n), "--child", "--results", args.results,
-                            "--work", args.work, "--queries", str(args.queries)], check=True)
+                            "--work", args.work, "--queries", str(args.queries), "--profiles", args.profiles,
+                            "--index", args.index or ""], check=True)
             continue
-        info = serve_one(Path(args.work) / f"p{n}", args.queries, results / f"serve_{n}.partial.json")
+        path = Path(args.index) if args.index else Path(args.work) / f"p{n}"
+        info = serve_one(path, args.queries, results / f"serve_{n}{suffix}.partial.json", profiles)
         res.write_text(json.dumps(info, indent=2) + "\n")
         print(f"serve {n}: {json.dumps(info)}", flush=True)
 
@@ -126,60 +137,104 @@ def _maps_file(a: np.ndarray) -> bool:
     return False
 
 
-def serve_one(path: Path, n_queries: int, partial: Path) -> dict:
+PROFILES = {"default": {}, "exact": {"profile": "exact"}, "scale": {"profile": "scale"},
+            "scale-exact-facts": {"profile": "scale", "fact_index": "exact"}}
+"""``serve --profiles``: RetrievalConfig fields per name."""
+
+
+def _open(path: Path, profile: str, data=None):  # noqa: ANN001, ANN202 - IndexData, Retriever
     from growth_synth import StubEmbedder
     from routerag.config import RetrievalConfig
     from routerag.retrieval import Retriever
+
+    r = Retriever(data if data is not None else path, RetrievalConfig(**PROFILES[profile]), embedder=StubEmbedder())
+    r._ensure_graph()
+    return r
+
+
+def serve_one(path: Path, n_queries: int, partial: Path, profiles: list[str] | None = None) -> dict:
     from routerag.runtime import configure_threads
 
+    profiles = profiles or ["default"]
     configure_threads()
     before = _status()
     t = time.perf_counter()
-    r = Retriever(path, RetrievalConfig(), embedder=StubEmbedder())
-    r._ensure_graph()
+    r = _open(path, profiles[0])
     load_s = time.perf_counter() - t
     after_load = _status()
+    others = {}
+    for name in profiles[1:]:
+        t = time.perf_counter()
+        others[name] = _open(path, name, r.data)
+        others[name].load_s = time.perf_counter() - t  # type: ignore[attr-defined]
     matrices = {name: (path / name).stat().st_size for name in
                 ("passage_embeddings.npy", "entity_embeddings.npy", "fact_embeddings.npy", "fact_embeddings.f16.npy",
-                 "passages.faiss") if (path / name).exists()}
-    mapped = {"passage_emb": _maps_file(r.passage_emb), "fact_emb": _maps_file(r.fact_scorer.emb),
-              "fact_emb_f16": _maps_file(r.fact_scorer.half_rows) and r.fact_scorer.half.data_ptr() == r.fact_scorer.half_rows.ctypes.data,
+                 "passages.faiss", "passages.ann.faiss", "facts.ann.faiss") if (path / name).exists()}
+    scorer = r.fact_scorer
+    mapped = {"passage_emb": _maps_file(r.passage_emb), "fact_emb": _maps_file(scorer.emb),
+              "fact_emb_f16": hasattr(scorer, "half_rows") and _maps_file(scorer.half_rows)
+              and scorer.half.data_ptr() == scorer.half_rows.ctypes.data,
               "dense_index_mmap": getattr(r.data, "dense_mapped", False)}
     info = {"load_s": round(load_s, 1), "rss_before_mb": before, "rss_after_load_mb": after_load,
-            "mapped": mapped, "modes": {}}
+            "mapped": mapped, "profile": r.profile.name, "modes": {}}
     partial.write_text(json.dumps(info, indent=2) + "\n")  # what a run cut short still leaves
     print("loaded", json.dumps(info), flush=True)
+    retrievers = {profiles[0]: r, **others}
+    modes = _time_modes(retrievers, n_queries, partial, info)
+    out = {"passages": r.n_passages, "nodes": r.n_nodes, "counts": r.data.counts, "load_s": round(load_s, 1),
+           "rss_before_mb": before, "rss_after_load_mb": after_load, "rss_after_queries_mb": _status(),
+           "matrices_bytes": matrices, "matrices_total_mb": round(sum(matrices.values()) / 2**20, 1),
+           "mapped": mapped, "profile": r.profile.name, "modes": modes[profiles[0]]}
+    if others:
+        out["profiles"] = {name: {"resolved": retrievers[name].profile.name if name in others else r.profile.name,
+                                  "load_s": round(getattr(retrievers[name], "load_s", load_s), 1),
+                                  "modes": modes[name]} for name in profiles}
+    return out
+
+
+def _time_modes(retrievers: dict, n_queries: int, partial: Path, info: dict) -> dict:
+    """Per profile and mode: single-query p50/p95 and stage p50s (every profile and mode in turn per query, so
+    drift in machine load hits them alike), batched ms per query, and later profiles' top-10 overlap with the
+    first's."""
     rng = np.random.default_rng(7)
     q = rng.standard_normal((n_queries, 384), dtype=np.float32)
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     questions = [f"synthetic question {i}" for i in range(n_queries)]
     names = ("passage", "graph", "hybrid")
-    lat: dict[str, list[float]] = {m: [] for m in names}
-    stage_lat: dict[str, dict[str, list[float]]] = {m: {} for m in names}
-    for mode in names:
-        r.search(questions[:2], mode=mode, k=5, query_vectors=q[:2])  # warm-up
-    for i in range(n_queries):  # modes interleaved per query, so drift in machine load hits them alike
+    lat = {p: {m: [] for m in names} for p in retrievers}
+    stage_lat: dict = {p: {m: {} for m in names} for p in retrievers}
+    tops: dict = {p: {m: [] for m in names} for p in retrievers}
+    for r in retrievers.values():
+        for mode in names:
+            r.search(questions[:2], mode=mode, k=5, query_vectors=q[:2])  # warm-up
+    for i in range(n_queries):
+        for p, r in retrievers.items():
+            for mode in names:
+                t0 = time.perf_counter()
+                res = r.search(questions[i:i + 1], mode=mode, k=10, query_vectors=q[i:i + 1])
+                lat[p][mode].append((time.perf_counter() - t0) * 1000)
+                tops[p][mode].append([d.id for d in res[0].docs])
+                for name, ms in res[0].timings_ms.items():
+                    stage_lat[p][mode].setdefault(name, []).append(ms)
+    first = next(iter(retrievers))
+    modes: dict = {p: {} for p in retrievers}
+    for p, r in retrievers.items():
         for mode in names:
             t0 = time.perf_counter()
-            res = r.search(questions[i:i + 1], mode=mode, k=5, query_vectors=q[i:i + 1])
-            lat[mode].append((time.perf_counter() - t0) * 1000)
-            for name, ms in res[0].timings_ms.items():
-                stage_lat[mode].setdefault(name, []).append(ms)
-    modes = {}
-    for mode in names:
-        t0 = time.perf_counter()
-        r.search(questions, mode=mode, k=5, query_vectors=q)
-        batched = (time.perf_counter() - t0) * 1000 / n_queries
-        modes[mode] = {"p50_ms": round(float(np.percentile(lat[mode], 50)), 2),
-                       "p95_ms": round(float(np.percentile(lat[mode], 95)), 2),
-                       "batched_ms_per_query": round(batched, 2), "batch": n_queries,
-                       "stage_p50_ms": {k: round(float(np.percentile(v, 50)), 2) for k, v in stage_lat[mode].items()}}
-        print(mode, json.dumps(modes[mode]), flush=True)
-        partial.write_text(json.dumps(info | {"modes": modes}, indent=2) + "\n")
-    return {"passages": r.n_passages, "nodes": r.n_nodes, "counts": r.data.counts, "load_s": round(load_s, 1),
-            "rss_before_mb": before, "rss_after_load_mb": after_load, "rss_after_queries_mb": _status(),
-            "matrices_bytes": matrices, "matrices_total_mb": round(sum(matrices.values()) / 2**20, 1),
-            "mapped": mapped, "modes": modes}
+            r.search(questions, mode=mode, k=5, query_vectors=q)
+            batched = (time.perf_counter() - t0) * 1000 / n_queries
+            entry = {"p50_ms": round(float(np.percentile(lat[p][mode], 50)), 2),
+                     "p95_ms": round(float(np.percentile(lat[p][mode], 95)), 2),
+                     "batched_ms_per_query": round(batched, 2), "batch": n_queries,
+                     "stage_p50_ms": {k: round(float(np.percentile(v, 50)), 2)
+                                      for k, v in stage_lat[p][mode].items()}}
+            if p != first:
+                entry["top10_overlap_vs_" + first] = round(float(np.mean(
+                    [len(set(a) & set(b)) / 10 for a, b in zip(tops[p][mode], tops[first][mode])])), 4)
+            modes[p][mode] = entry
+            print(p, mode, json.dumps(entry), flush=True)
+            partial.write_text(json.dumps(info | {"modes": modes}, indent=2) + "\n")
+    return modes
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -191,7 +246,7 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 def cmd_report(args: argparse.Namespace) -> None:
     results = Path(args.results)
     rows = []
-    done = [f for f in results.glob("serve_*.json") if f.stem.split("_")[1].isdigit()]
+    done = [f for f in results.glob("serve_*.json") if len(f.stem.split("_")) == 2 and f.stem.split("_")[1].isdigit()]
     for f in sorted(done, key=lambda p: int(p.stem.split("_")[1])):
         n = int(f.stem.split("_")[1])
         b = results / f"build_{n}.json"
@@ -281,6 +336,9 @@ def main() -> None:
             p.add_argument("sizes", nargs="+", type=int)
         if name == "serve":
             p.add_argument("--queries", type=int, default=32)
+            p.add_argument("--profiles", default="default",
+                           help="comma-separated retrieval profiles timed side by side: default, exact, scale")
+            p.add_argument("--index", default="", help="serve this index instead of WORK/pN (one size only)")
         if name == "report":
             p.add_argument("--plot", default=str(PLOT))
     args = ap.parse_args()

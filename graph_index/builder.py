@@ -421,6 +421,8 @@ def _write_index(
         # the write stage's time (the per-passage files and checksums included) goes into the manifest before it
         # is written and published
         timer.seconds["write"] = round(t_write + time.perf_counter() - t0, 3)
+        with timer("ann_index"):  # the scale profile's approximate indexes, from the rows just written
+            store.write_ann_files(tmp, manifest, cfg.ann)
         manifest["timings_s"] = dict(timer.seconds)
         manifest["peak_rss_mb"] = _peak_rss_mb()
         store.write_manifest(tmp, manifest)

@@ -216,6 +216,26 @@ class DenseIndexConfig(StrictModel):
     use_gpu: Literal["auto", "never", "always"] = "auto"
 
 
+SCALE_FROM_PASSAGES = 200_000
+"""Index size (passages) from which ``ann.write = "auto"`` writes the approximate indexes and
+``retrieval.profile = "auto"`` searches with the scale profile (docs/scaling.md)."""
+
+
+class AnnConfig(StrictModel):
+    """The approximate passage and fact indexes of the scale profile (``graph_index/ann.py``: FAISS HNSW with 8-bit
+    codes, ``passages.ann.faiss`` and ``facts.ann.faiss``), written beside the exact files."""
+
+    write: Literal["auto", "always", "never"] = "auto"
+    """``auto``: written when the index has at least ``from_passages`` passages; an index without them that is
+    searched with the scale profile gets them on first load (in memory when its directory is read-only)."""
+    from_passages: int = Field(SCALE_FROM_PASSAGES, ge=0)
+    """The size from which ``write = auto`` writes them and ``retrieval.profile = auto`` uses the scale profile."""
+
+    def wanted(self, passages: int) -> bool:
+        """Whether an index of ``passages`` passages gets the approximate indexes at build time."""
+        return self.write == "always" or (self.write == "auto" and passages >= self.from_passages)
+
+
 class IndexConfig(StrictModel):
     """What an index is made with: recorded in its manifest (secrets left out) and reused by every search and
     update of it, so an update equals a rebuild and a search embeds queries as the passages were embedded."""
@@ -224,6 +244,7 @@ class IndexConfig(StrictModel):
     extractor: ExtractorConfig = ExtractorConfig()
     graph: GraphConfig = GraphConfig()
     dense: DenseIndexConfig = DenseIndexConfig()
+    ann: AnnConfig = AnnConfig()
 
     def recorded(self) -> dict[str, Any]:
         """What a manifest records: the :class:`IndexConfig` sections, without their secrets."""

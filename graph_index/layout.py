@@ -31,9 +31,14 @@ CSR_FILES = (INDICES, WEIGHTS, KINDS, NAMES, NAME_OFFSETS, NAME_HASHES, NAME_ORD
 """The compact serving graph (:mod:`graph_index.csr`), derived from GRAPH, ENTITIES and FACTS: written by the build,
 or on an older index's first load. In this order, ``graph.indptr.npy`` last, so that its presence (with the others')
 marks a complete set."""
+PASSAGE_ANN = "passages.ann.faiss"
+FACT_ANN = "facts.ann.faiss"
+"""The scale profile's approximate indexes of the passage and fact rows (``graph_index/ann.py``; derived from
+PASSAGE_EMB and FACT_EMB): written by the build from ``ann.from_passages`` passages, else on first use."""
+ANN_FILES = {"passages": PASSAGE_ANN, "facts": FACT_ANN}
 DATA_FILES = (PASSAGES, OPENIE, ENTITIES, FACTS, SYNONYMS, PASSAGE_EMB, ENTITY_EMB, FACT_EMB, DENSE, GRAPH)
 ALL_FILES = (MANIFEST, *DATA_FILES)
-DERIVED_FILES = (FACT_EMB_F16, *CSR_FILES)
+DERIVED_FILES = (FACT_EMB_F16, *CSR_FILES, PASSAGE_ANN, FACT_ANN)
 """Files computed from a data file: checked like one when the manifest records them, never required."""
 
 #: Which manifest count gives the number of rows of a file (synonyms.jsonl has no count of its own).

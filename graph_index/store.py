@@ -49,14 +49,15 @@ import faiss
 import igraph as ig
 import numpy as np
 
-from . import csr, integrity, versions
+from . import ann, csr, integrity, versions
 from .atomic import atomic_path
-from .config import DenseIndexConfig, IndexConfig
+from .config import AnnConfig, DenseIndexConfig, IndexConfig
 from .corpus import Passage, append_jsonl, write_jsonl
 from .dense import maybe_to_gpu
 from .graph import ENTITY_PREFIX
-from .layout import (ALL_FILES, CSR_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS, FORMAT,
-                     FORMAT_VERSION, GRAPH, MANIFEST, OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS, IndexFormatError,
+from .layout import (ALL_FILES, ANN_FILES, CSR_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS,
+                     FORMAT, FORMAT_VERSION, GRAPH, MANIFEST, OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS,
+                     IndexFormatError,
                      IndexNotFoundError)
 from .lock import DEFAULT_LOCK_TIMEOUT_S, IndexBusyError, index_lock
 from .normalize import normalize_phrase
@@ -198,6 +199,30 @@ def write_index_files(
     rows = {PASSAGES: passages, OPENIE: passages, ENTITIES: len(entities), FACTS: len(facts), SYNONYMS: len(synonyms)}
     manifest["files"] = {name: integrity.file_record(d / name, rows.get(name))
                          for name in (*ALL_FILES[1:], FACT_EMB_F16, *CSR_FILES)}
+
+
+ANN_SOURCES = {"passages": PASSAGE_EMB, "facts": FACT_EMB}
+"""The rows each approximate index (``ANN_FILES``) is built from."""
+
+
+def write_ann(d: Path, which: str) -> Path:
+    """Build the approximate index of ``which`` (``passages`` or ``facts``) from the version ``d``'s mapped rows
+    and write it atomically beside them; returns its path."""
+    rows = np.load(d / ANN_SOURCES[which], mmap_mode="r")
+    index = ann.build(rows, name=f"{d.name}/{which}")
+    with atomic_path(d / ANN_FILES[which]) as tmp:
+        ann.write(index, tmp)
+    return d / ANN_FILES[which]
+
+
+def write_ann_files(d: Path, manifest: dict[str, Any], cfg: AnnConfig) -> None:
+    """Write both approximate indexes into the version ``d`` when ``cfg`` wants them for its size, and record their
+    checksums in ``manifest["files"]`` (which :func:`write_index_files` filled)."""
+    if not cfg.wanted(int(manifest["counts"]["passages"])):
+        return
+    for which in ANN_FILES:
+        path = write_ann(d, which)
+        manifest["files"][path.name] = integrity.file_record(path, None)
 
 
 F16_CHUNK_ROWS = 65_536
@@ -442,6 +467,35 @@ class IndexData:
             raise IndexFormatError(f"{path}: array of shape {shape} {dtype}, expected {self.fact_emb.shape} float16; "
                                    f"{REBUILD_HINT}", path)
         return np.load(path, mmap_mode="r")
+
+    def ann(self, which: str) -> faiss.Index:
+        """The scale profile's approximate index of ``which`` (``passages`` or ``facts``), read from its file. An index without the file (below ``ann.from_passages`` at build time, or older) gets it now,
+        written atomically into its version under the index's lock, taken without waiting; when the lock is busy or
+        the directory is read-only, it is built in memory instead."""
+        cached = self.__dict__.setdefault("_ann", {})
+        if which in cached:
+            return cached[which]
+        path = self.path / ANN_FILES[which]
+        if not path.is_file():
+            try:
+                owner = versions.owner_of(self.path) or self.root
+                with index_lock(owner, timeout=0, op=f"derive {path.name}"):
+                    if not path.is_file():
+                        log.warning("%s: building %s for the scale profile (once)", self.path, path.name)
+                        write_ann(self.path, which)
+            except (IndexBusyError, OSError) as exc:
+                log.warning("%s: %s built in memory (%s)", self.path, path.name, exc)
+                cached[which] = ann.build(np.load(self.path / ANN_SOURCES[which], mmap_mode="r"), name=which)
+                return cached[which]
+        try:
+            index = ann.read(path)
+        except RuntimeError as exc:
+            raise IndexFormatError(f"{path}: unreadable FAISS index ({str(exc).strip().splitlines()[-1][:300]}); "
+                                   f"delete it to have it rebuilt", path) from None
+        rows = int(self.manifest["counts"][which])
+        integrity.check_dense_counts(path, index.d, index.ntotal, rows, self.dim)
+        cached[which] = index
+        return index
 
     @property
     def dense_mapped(self) -> bool:

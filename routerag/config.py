@@ -96,12 +96,28 @@ class RetrievalConfig(StrictModel):
     k: DocumentsPerSearch = Field(DEFAULT_K, validation_alias=AliasChoices("k", "top_k"))
     """Documents per search when the caller names none (``routerag search``, ``/retrieve`` without ``topk``): the
     same default as the policy loop's ``k``. ``top_k`` is its former name, still read."""
-    fact_index: Literal["exact", "hnsw", "ivfpq"] = "exact"
+    profile: Literal["auto", "exact", "scale"] = "auto"
+    """Which search each part runs. ``exact``: the index's own FAISS index (flat: every passage scored), every fact
+    scored, PageRank over the whole graph. ``scale`` (for indexes past what a query may scan whole, docs/scaling.md):
+    ``passage_index = ann``, ``fact_index = ann``, ``ppr_backend = push``, each approximate with a stated bound.
+    ``auto``: ``scale`` from the index's ``ann.from_passages`` passages (200,000 unless the build set it), ``exact``
+    below. A part whose own setting is not ``auto`` runs that setting under either profile."""
+    passage_index: Literal["auto", "index", "ann"] = "auto"
+    """Dense passage search: ``index`` searches the index's FAISS index (``dense.kind``, flat by default); ``ann``
+    the scale profile's HNSW index (``passages.ann.faiss``, ``ann_ef_search``, candidates rescored exactly);
+    ``auto`` follows ``profile``."""
+    fact_index: Literal["auto", "exact", "ann", "hnsw", "ivfpq"] = "auto"
     """How queries are matched to facts: ``exact`` scans every fact (a few queries through an int8 or float16 screen
     and a float32 rescore, see ``small_batch_scan``; a batch through one float32 GEMM, see ``batch_scan``: the exact
-    float32 result either way); ``hnsw`` or ``ivfpq`` search a FAISS index built when the index is opened, for fact
-    tables too large to scan (approximate top facts and min-max range; see ``benchmarks/fact_index.py`` for their
-    recall)."""
+    float32 result either way); ``ann`` searches the scale profile's HNSW index written by the build
+    (``facts.ann.faiss``, ``ann_ef_search``); ``hnsw`` or ``ivfpq`` a FAISS index built in memory when the index is
+    opened. The approximate ones rescore their candidates exactly and keep HippoRAG 2's min-max normalisation over
+    all facts, the minimum from the negated query's search (see ``benchmarks/fact_index.py`` for their recall).
+    ``auto`` follows ``profile``."""
+    ann_ef_search: int = Field(256, ge=1)
+    """Candidates the ``ann`` passage and fact searches keep while walking their HNSW graphs (the negated query's
+    search for the fact minimum keeps a quarter): the recall / latency knob of the scale profile. On PopQA
+    questions 256 found 0.995 of the exact top 5 passages and 0.99 of the top 5 facts, 128 0.99 and 0.97."""
     query_encoder: Literal["auto", "onnx", "onnx-int8", "torch"] = "auto"
     """How a local embedding model (the embedded MiniLM) encodes queries: ``onnx`` runs it through ONNX Runtime
     (exported once from the local folder into the cache directory; vectors equal torch's to cosine > 0.9999, a short
@@ -165,9 +181,17 @@ class RetrievalConfig(StrictModel):
     entries). Both give the float32 scan's top rows and score range, so only rows within float32 rounding of each
     other may swap. ``--variant "float:small_batch_scan=float"`` measures the difference."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    ppr_backend: Literal["batched", "igraph"] = "batched"
-    """``igraph``: one prpack call per query, as HippoRAG 2 does (the reference the batched solver is checked and
-    benchmarked against)."""
+    ppr_backend: Literal["auto", "batched", "igraph", "push"] = "auto"
+    """``batched``: the Chebyshev solver over the whole graph, a batch of queries at once (``ppr_tol``); ``push``:
+    forward push from each query's seeds (``routerag/retrieval/push.py``), whose cost follows the seeds'
+    neighbourhood rather than the graph, every vertex's score low by less than ``push_eps`` × its weighted degree
+    and never high; ``igraph``: one prpack call per query, as HippoRAG 2 does (the reference the others are checked
+    and benchmarked against); ``auto`` follows ``profile``."""
+    push_eps: float = Field(3e-7, gt=0)
+    """Forward push's residual threshold (per unit of weighted degree): work is at most 1 / ((1-d) eps) edge visits
+    whatever the graph's size. On PopQA queries 3e-7 kept 99.4% of the Chebyshev top 5 in 8 ms, 1e-6 98.4% in 3 ms."""
+    push_max_edges: int = Field(0, ge=0)
+    """Stop a push after this many edge visits (its L1 error is still known exactly); 0: four times the work bound."""
     max_query_chars: int = Field(4000, ge=1)
     fact_filter: bool = False
     """Let an LLM drop matched facts irrelevant to the query (HippoRAG 2's recognition memory); needs

@@ -1,15 +1,19 @@
-"""Forward-push PageRank equals igraph's prpack within its stated bound (each unnormalised score low by less than
-eps × weighted degree, never high; the normalising total exact), dangling seeds included."""
+"""Forward-push PageRank (the scale profile's) equals igraph's prpack within its stated bound: each score low by less
+than eps × weighted degree / total, never high, and the reported L1 error exact; dangling seeds included."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from routerag.retrieval.ppr import igraph_ppr
+from routerag.retrieval.ppr import PPRSolver, igraph_ppr
 from routerag.retrieval.push import PushPPR
 
 from .test_retrieval import random_graph
+
+
+def _push(g, eps: float, **kwargs) -> PushPPR:  # noqa: ANN001
+    return PushPPR(PPRSolver.from_igraph(g, damping=0.5, device="cpu"), eps=eps, **kwargs)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -22,21 +26,31 @@ def test_push_matches_prpack_within_its_bound(seed: int) -> None:
     reset = np.zeros(n)
     np.add.at(reset, seeds, weights)
     ref = igraph_ppr(g, reset, 0.5)
-    eps = 1e-9
-    push = PushPPR.from_igraph(g, damping=0.5, eps=eps)
-    p, total = push.solve(seeds, weights)
-    # prpack's normalised scores times the exact total are the unnormalised PageRank push approximates from below
-    true = ref * total
-    assert (true - p >= -1e-9).all()
-    assert (true - p <= eps * push.deg + 1e-9).all()
-    got = p / total
-    assert np.abs(got - ref).max() < 1e-6
-    assert list(np.argsort(-got, kind="stable")[:10]) == list(np.argsort(-ref, kind="stable")[:10])
+    for eps in (1e-4, 1e-6):
+        push = _push(g, eps)
+        res = push.solve(seeds, weights)
+        assert res.complete
+        got = np.zeros(n)
+        got[res.vertices] = res.scores
+        err = ref - got
+        rounding = 1e-5 * ref + 1e-8  # the solver's operator is float32
+        assert (err >= -rounding).all()  # never high
+        assert (err <= eps * push.degree(np.arange(n)) / res.total + rounding).all()
+        assert abs(err.sum() - res.l1_error) < 1e-5  # the L1 error is what it reports
+    assert res.l1_error < 1e-2
+    exact = _push(g, 1e-10).top(seeds, weights, n, 10)[0]
+    assert list(exact) == list(np.lexsort((np.arange(n), -ref))[:10])
 
 
-def test_push_touches_only_the_neighbourhood_and_gives_up_past_its_work_bound() -> None:
+def test_push_touches_only_the_neighbourhood_and_stops_at_its_work_bound() -> None:
     g = random_graph(0)
-    push = PushPPR.from_igraph(g, damping=0.5, eps=1e-3)
-    p, _ = push.solve(np.array([0]), np.array([1.0]))
-    assert 0 < np.count_nonzero(p) < g.vcount() // 2
-    assert PushPPR.from_igraph(g, damping=0.5, eps=1e-12, max_pushes=10).solve(np.array([0]), np.array([1.0])) is None
+    res = _push(g, 1e-3).solve(np.array([0]), np.array([1.0]))
+    assert res.complete and 0 < len(res.vertices) < g.vcount() // 2
+    ref = igraph_ppr(g, np.eye(g.vcount())[0], 0.5)
+    cut = _push(g, 1e-12, max_edges=10).solve(np.array([0]), np.array([1.0]))
+    assert not cut.complete  # stopped early: the L1 error is still exact
+    got = np.zeros(g.vcount())
+    got[cut.vertices] = cut.scores
+    assert abs((ref - got).sum() - cut.l1_error) < 1e-5 and cut.l1_error > 0.01
+    with pytest.raises(ValueError):
+        _push(g, 1e-3).solve(np.array([0]), np.array([-1.0]))

@@ -198,8 +198,9 @@ def top_rows(x: np.ndarray, k: int) -> np.ndarray:
 
 
 class FaissFactScorer:
-    """Fact matching through an approximate FAISS index (``retrieval.fact_index = "hnsw"`` or ``"ivfpq"``): for
-    fact tables too large to scan per query (the 21M-passage estimate of docs/scaling.md).
+    """Fact matching through an approximate FAISS index: ``retrieval.fact_index = "ann"`` (the scale profile's HNSW
+    index written by the build, ``graph_index/ann.py``), or ``"hnsw"`` / ``"ivfpq"`` built in memory when the index
+    is opened; for fact tables too large to scan per query (docs/scaling.md).
 
     HippoRAG 2 min-max normalises a query's fact scores over *all* facts. The maximum is the best hit; the minimum is
     found by the same index, searched with the negated query (min_f q·f = −max_f (−q)·f), so no scan is needed.
@@ -208,12 +209,22 @@ class FaissFactScorer:
     the (memory-mapped) float32 rows, so every score used is a true score of some fact.
     """
 
-    def __init__(self, fact_emb: np.ndarray, kind: str, *, hnsw_m: int = 32, ef_search: int = 64,
-                 nlist: int | None = None, nprobe: int = 16, pq_m: int = 32) -> None:
+    def __init__(self, fact_emb: np.ndarray, kind: str, *, index=None, hnsw_m: int = 32,  # noqa: ANN001
+                 ef_search: int = 64, nlist: int | None = None, nprobe: int = 16, pq_m: int = 32) -> None:
         import faiss
 
         self.emb = fact_emb
         self.n, self.dim = fact_emb.shape
+        self.kind = kind
+        self.params = self.low_params = None
+        if kind == "ann":
+            from graph_index import ann
+
+            if index is None:
+                raise ValueError("fact_index = ann needs the index's facts.ann.faiss")
+            self.index = index
+            self.params, self.low_params = ann.params(ef_search), ann.params(max(16, ef_search // 4))
+            return
         vecs = np.ascontiguousarray(fact_emb, dtype=np.float32)
         if kind == "hnsw":
             index = faiss.IndexHNSWFlat(self.dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
@@ -226,25 +237,25 @@ class FaissFactScorer:
             index.train(vecs[np.random.default_rng(0).permutation(self.n)[:max(nlist * 39, 10_000)]])
             index.nprobe = nprobe
         else:
-            raise ValueError(f"unknown fact index {kind!r}: exact, hnsw or ivfpq")
+            raise ValueError(f"unknown fact index {kind!r}: exact, ann, hnsw or ivfpq")
         index.add(vecs)
         self.index = index
-        self.kind = kind
 
     def match(self, q: np.ndarray, k: int) -> FactMatches:
         k = min(k, self.n)
         q = np.ascontiguousarray(q, dtype=np.float32)
         width = max(4 * k, 32)  # candidates, rescored exactly below
-        _, top = self.index.search(q, min(width, self.n))
-        _, lowest = self.index.search(-q, 1)
+        _, top = self.index.search(q, min(width, self.n), params=self.params)
+        _, lowest = self.index.search(-q, 1, params=self.low_params)
         tops, scores, lo, hi = [], [], [], []
         for r in range(q.shape[0]):
-            cand = top[r][top[r] >= 0]
-            exact = self.emb[cand] @ q[r]
+            cand = np.sort(top[r][top[r] >= 0])  # mapped rows read in file order
+            exact = np.asarray(self.emb[cand], dtype=np.float32) @ q[r]
             order = np.lexsort((cand, -exact))[:k]
             tops.append(cand[order])
             scores.append(exact[order])
             hi.append(float(exact.max()))
             # the negated query's best hit, rescored exactly (a PQ code's score is itself approximate)
-            lo.append(float(self.emb[lowest[r][0]] @ q[r]) if lowest[r][0] >= 0 else float(exact.min()))
+            low = float(np.asarray(self.emb[lowest[r][0]], dtype=np.float32) @ q[r]) if lowest[r][0] >= 0 else np.inf
+            lo.append(min(low, float(exact.min())))
         return FactMatches(np.stack(tops), np.stack(scores), np.asarray(lo), np.asarray(hi))

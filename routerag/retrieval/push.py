@@ -1,93 +1,130 @@
-"""Local Personalized PageRank for one query: forward push (Andersen, Chung & Lang 2006), a frontier at a time.
+"""Local Personalized PageRank for one query: forward push (Andersen, Chung & Lang 2006) on the batched solver's own
+operator, a frontier at a time. Its cost follows the seeds' neighbourhood, not the graph: the scale profile's PageRank.
 
-The same PageRank as :mod:`routerag.retrieval.ppr`: on an undirected weighted graph with weighted degrees ``D``,
-``p = (1-d) r + d A D⁻¹ p``, normalised to sum 1 (igraph's prpack). Push keeps an estimate ``p`` and a residual
-``q`` with the invariant  ``p_true = p + PPR(q)``  (PPR is linear in its reset). Pushing vertex ``u`` moves
-``(1-d) q[u]`` into ``p[u]`` and spreads ``d q[u] A[v,u] / D[u]`` to each neighbour ``v``. Every vertex whose
-residual is at least ``eps · D[u]`` is pushed at once (one frontier per round: a few numpy calls instead of a loop
-over vertices), until no vertex is left above its threshold. Only the seeds' neighbourhood is ever touched.
+The same PageRank as :class:`routerag.retrieval.ppr.PPRSolver`: on an undirected weighted graph with weighted
+degrees ``D``, ``p = (1-d) r + d A D⁻¹ p``, normalised to sum 1. Push keeps an estimate ``p`` and a residual ``q``
+with the invariant ``p_true = p + PPR(q)`` (PPR is linear in its reset). Pushing vertex ``u`` moves ``(1-d) q[u]``
+into ``p[u]`` and spreads ``d q[u] A[v,u] / D[u]`` to each neighbour ``v``. It runs in the solver's scaled variables
+``x = D^-½ q`` on its matrix ``S = D^-½ A D^-½`` (the spread is then ``d S[v,u] x[u]``), so no second copy of the
+graph is made. Every vertex whose residual is at least ``eps · D[u]`` is pushed at once (one numpy frontier per
+round), until none is left above its threshold or ``max_edges`` edges were scanned.
 
-Error bound: when it stops every residual is below ``eps · D[u]``, and on an undirected graph
-``PPR(e_u)[v] / D[v] = PPR(e_v)[u] / D[u]``, so ``p_true[v] − p[v] = Σ_u q[u] PPR(e_u)[v] < eps · D[v]``: each
-vertex's (unnormalised) score is low by less than ``eps`` times its weighted degree, never high. The total is
-exact: a vertex with edges passes on all its mass, so the unnormalised PageRank sums to ``Σp + Σq`` and that is the
-divisor. A vertex without edges (possible only as a seed) keeps ``(1-d)`` of its reset and loses the rest, as in the
-Chebyshev solver; prpack's redistribution of that loss is the normalisation.
+Error bound (what :class:`LocalScores` reports). On an undirected graph ``PPR(e_u)[v] / D[v] = PPR(e_v)[u] / D[u]``,
+so when every residual is below ``eps · D[u]``, ``p_true[v] − p[v] < eps · D[v]``: every vertex's (unnormalised)
+score is low by less than ``eps`` times its weighted degree, never high. The returned scores add the residual's first
+term, ``(1-d) q``, which keeps that bound and makes the L1 error exact: ``d · Σq``, divided by the exact total
+``Σp + Σq`` (a vertex with edges passes on all its mass). Stopped by ``max_edges``, the per-vertex bound no longer
+holds but the L1 error still does, and it is reported. Seeds are pushed first whatever their mass, so a seed without
+edges keeps ``(1-d)`` of its reset and loses the rest, as in the Chebyshev solver (whose normalisation is prpack's
+redistribution of that loss).
+
+Why the threshold scales with the degree (hub handling): a hub holds residual from many neighbours, but is pushed only
+once that residual reaches ``eps`` times its degree, so its thousands of edges are scanned rarely; the total work is
+at most ``1 / ((1-d) eps)`` edge visits whatever the graph's size.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import scipy.sparse as sp
+from dataclasses import dataclass
 
-from .ppr import igraph_adjacency
+import numpy as np
+
+from .ppr import PPRSolver
+
+
+@dataclass(slots=True)
+class LocalScores:
+    """One query's push result: the vertices it reached (original ids) and their scores, normalised by the exact
+    total, so that ``0 ≤ exact − score ≤ eps · D[v] / total`` per vertex (when ``complete``), and
+    ``l1_error`` = ``Σ_v (exact − score)``, the exact L1 distance to the exact normalised PageRank."""
+
+    vertices: np.ndarray
+    scores: np.ndarray
+    l1_error: float
+    total: float
+    """The unnormalised total the scores were divided by (1 less what seeds without edges lose)."""
+    edges: int
+    complete: bool
 
 
 class PushPPR:
-    """Forward-push PPR on a fixed graph; :meth:`solve` takes one sparse reset."""
+    """Forward-push PPR on a :class:`PPRSolver`'s operator; :meth:`solve` takes one sparse reset."""
 
-    def __init__(self, adjacency: sp.spmatrix, *, damping: float = 0.5, eps: float = 1e-7,
-                 max_pushes: int | None = None) -> None:
-        a = sp.csr_matrix(adjacency, dtype=np.float64)
-        a.sum_duplicates()
-        self.n = a.shape[0]
-        self.damping = damping
+    def __init__(self, solver: PPRSolver, *, eps: float = 1e-6, max_edges: int = 0) -> None:
+        if eps <= 0:
+            raise ValueError("eps must be positive")
+        s = solver.S
+        self.n = solver.n
+        self.damping = solver.damping
         self.eps = eps
-        self.deg = np.asarray(a.sum(axis=1)).ravel()
-        safe = np.where(self.deg > 0, self.deg, 1.0)
-        # row u: the share A[u,v] / D[u] of u's residual each neighbour v receives (A is symmetric)
-        self.indptr = a.indptr.astype(np.int64)
-        self.indices = a.indices.astype(np.int32)
-        self.share = a.data * np.repeat(1.0 / safe, np.diff(a.indptr))
-        self.threshold = eps * self.deg
-        self.max_pushes = max_pushes or 50 * max(a.nnz, 1)
-        """Work bound (edges scanned) after which :meth:`solve` gives up and says so (the caller falls back)."""
+        self.indptr, self.indices, self.data = s.indptr, s.indices, s.data
+        self.sqrt_deg = solver.sqrt_deg
+        self.perm, self.inv = solver.perm, solver.inv
+        self.max_edges = max_edges or int(4 / ((1 - solver.damping) * eps))
+        """Edge visits after which :meth:`solve` stops (its L1 error still exact); the default is four times the
+        work bound, so only rounding-scale overshoot reaches it."""
 
-    @classmethod
-    def from_igraph(cls, graph, weight: str = "weight", **kwargs) -> PushPPR:  # noqa: ANN001
-        return cls(igraph_adjacency(graph, weight), **kwargs)
+    def degree(self, vertices: np.ndarray) -> np.ndarray:
+        """Weighted degrees ``D`` of original vertices (1 for a vertex without edges), as the solver holds them."""
+        return self.sqrt_deg[self.inv[vertices]].astype(np.float64) ** 2
 
-    def solve(self, seeds: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, float] | None:
-        """Unnormalised estimate ``p`` (length n) and the exact total it is to be divided by, for the reset
-        ``weights`` on vertices ``seeds`` (normalised to sum 1 first); None when the work bound was reached."""
+    def solve(self, seeds: np.ndarray, weights: np.ndarray) -> LocalScores:
+        """PageRank for the reset ``weights`` on original vertices ``seeds`` (normalised to sum 1 first)."""
         d = self.damping
         w = np.asarray(weights, dtype=np.float64)
         total_w = float(w.sum())
-        if total_w <= 0:
-            raise ValueError("the reset needs some positive mass")
-        p = np.zeros(self.n)
-        q = np.zeros(self.n)
-        np.add.at(q, np.asarray(seeds, dtype=np.int64), w / total_w)
-        frontier = np.unique(np.asarray(seeds, dtype=np.int64))
-        frontier = frontier[q[frontier] >= self.threshold[frontier]]
-        work = 0
-        indptr, indices, share = self.indptr, self.indices, self.share
-        while frontier.size:
-            mass = q[frontier]
-            q[frontier] = 0.0
-            p[frontier] += (1 - d) * mass
-            start, stop = indptr[frontier], indptr[frontier + 1]
-            counts = stop - start
+        if not total_w > 0 or (w < 0).any():
+            raise ValueError("the reset needs non-negative weights and some positive mass")
+        seeds = self.inv[np.asarray(seeds, dtype=np.int64)]
+        p = np.zeros(self.n)  # calloc'd: only the pages of the vertices touched are ever written
+        x = np.zeros(self.n)  # residual, scaled: x = D^-1/2 q
+        seen = np.zeros(self.n, dtype=bool)
+        np.add.at(x, seeds, (w / total_w) / self.sqrt_deg[seeds])
+        frontier = np.unique(seeds)
+        seen[frontier] = True
+        touched = [frontier]
+        indptr, indices, data, sqrt_deg = self.indptr, self.indices, self.data, self.sqrt_deg
+        edges = 0
+        while frontier.size and edges <= self.max_edges:
+            mass = x[frontier]
+            x[frontier] = 0.0
+            p[frontier] += (1 - d) * sqrt_deg[frontier] * mass
+            start = indptr[frontier].astype(np.int64)
+            counts = indptr[frontier + 1] - start
             m = int(counts.sum())
-            work += m
-            if work > self.max_pushes:
-                return None
+            edges += m
             if m == 0:
                 break
-            # the edge slots of every frontier vertex, concatenated: start[i] .. stop[i]
-            offs = np.repeat(start - np.cumsum(counts) + counts, counts) + np.arange(m)
+            # the edge slots of every frontier vertex, concatenated: start[i] .. start[i] + counts[i]
+            offs = np.repeat(start - (np.cumsum(counts) - counts), counts) + np.arange(m)
             targets = indices[offs]
-            spread = share[offs] * np.repeat(d * mass, counts)
-            if m < 64:
-                np.add.at(q, targets, spread)
-            else:
-                _scatter_add(q, targets, spread)
-            cand = np.unique(targets)
-            frontier = cand[q[cand] >= self.threshold[cand]]
-        return p, float(p.sum() + q.sum())
+            np.add.at(x, targets, data[offs] * np.repeat(d * mass, counts))
+            fresh = targets[~seen[targets]]
+            if fresh.size:
+                fresh = np.unique(fresh)
+                seen[fresh] = True
+                touched.append(fresh)
+            hot = targets[x[targets] >= self.eps * sqrt_deg[targets]]
+            frontier = np.unique(hot)
+        t = np.concatenate(touched)
+        q = sqrt_deg[t] * x[t]
+        residual = float(q.sum())
+        total = float(p[t].sum()) + residual
+        scores = (p[t] + (1 - d) * q) / total
+        return LocalScores(self.perm[t], scores, d * residual / total, total, edges, not frontier.size)
 
-
-def _scatter_add(out: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> None:
-    """``out[idx] += vals`` with repeated indices summed (bincount over the touched range beats np.add.at)."""
-    lo = int(idx.min())
-    out[lo: int(idx.max()) + 1] += np.bincount(idx - lo, weights=vals)
+    def top(self, seeds: np.ndarray, weights: np.ndarray, rows: int, k: int) -> tuple[np.ndarray, np.ndarray, LocalScores]:
+        """The ``k`` best of the vertices ``0 … rows-1`` (the passages), best first with ties by index, and their
+        scores; vertices the push never reached score 0 and follow in index order, as a whole-graph ranking
+        would order them."""
+        res = self.solve(seeds, weights)
+        keep = res.vertices < rows
+        v, s = res.vertices[keep], res.scores[keep]
+        order = np.lexsort((v, -s))[:k]
+        v, s = v[order], s[order]
+        if len(v) < k:  # pad with unreached rows, lowest index first
+            reached = np.zeros(rows, dtype=bool)
+            reached[v] = True
+            extra = np.flatnonzero(~reached)[: k - len(v)]
+            v, s = np.concatenate([v, extra]), np.concatenate([s, np.zeros(len(extra))])
+        return v, s, res

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from graph_index import ann
 from graph_index.dense import batch_scan, small_scan
 from graph_index.dense import search as dense_search
 from graph_index.embedders import Embedder, make_embedder
@@ -38,6 +39,7 @@ from .fact_filter import LLMFactFilter
 from .facts import FactScorer, FaissFactScorer, top_rows
 from .fusion import reciprocal_rank_fusion
 from .ppr import PPRSolver, igraph_ppr
+from .push import PushPPR
 from .types import QueryError, RetrievalResult, RetrievedDoc
 
 __all__ = ["QueryError", "RetrievalResult", "RetrievedDoc", "Retriever"]  # the value types are re-exported for
@@ -46,6 +48,29 @@ __all__ = ["QueryError", "RetrievalResult", "RetrievedDoc", "Retriever"]  # the 
 log = logging.getLogger(__name__)
 
 single_threaded_after_fork()  # a forked child of a process that searched must not wait on the parent's thread teams
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """What each part of a search runs, ``retrieval.profile`` and the parts' own settings resolved for one index."""
+
+    name: str
+    """``exact`` or ``scale``: what ``profile`` resolved to."""
+    passage_index: str
+    fact_index: str
+    ppr_backend: str
+
+
+def resolve_profile(cfg: RetrievalConfig, passages: int, scale_from: int) -> Profile:
+    """``cfg.profile`` for an index of ``passages`` passages (``auto``: ``scale`` from ``scale_from``), then each
+    part's own setting where it is not ``auto``."""
+    name = cfg.profile if cfg.profile != "auto" else ("scale" if passages >= scale_from else "exact")
+    scale = name == "scale"
+    return Profile(
+        name,
+        cfg.passage_index if cfg.passage_index != "auto" else ("ann" if scale else "index"),
+        cfg.fact_index if cfg.fact_index != "auto" else ("ann" if scale else "exact"),
+        cfg.ppr_backend if cfg.ppr_backend != "auto" else ("push" if scale else "batched"))
 
 
 @dataclass(slots=True)
@@ -80,9 +105,12 @@ class Retriever:
                              f"not {self.embedder.identity}")
         self.passages = self.data.passage_rows  # parsed when read: no Python object per passage in memory
         self.n_passages = len(self.passages)
+        self.profile = resolve_profile(self.cfg, self.n_passages, self.data.config.ann.from_passages)
         self.dense = self.data.search_index(self.cfg.device)
-        self._dense_scan = batch_scan(self.dense) if self.cfg.batch_scan != "blas" else None
-        self._dense_screen = small_scan(self.dense) if self.cfg.small_batch_scan != "float" else None
+        exact_dense = self.profile.passage_index == "index"  # the scans below are copies or views of a flat index
+        self._dense_scan = batch_scan(self.dense) if exact_dense and self.cfg.batch_scan != "blas" else None
+        self._dense_screen = small_scan(self.dense) if exact_dense and self.cfg.small_batch_scan != "float" else None
+        self._passage_ann = self.data.ann("passages") if not exact_dense else None
         self.passage_emb = np.ascontiguousarray(self.data.passage_emb)
         self.facts = self.data.fact_rows
         self._graph_ready = False
@@ -110,18 +138,27 @@ class Retriever:
         graph = self.data.compact_graph  # mapped arrays: no igraph object, no Python object per vertex
         self.fact_ends = graph.fact_ends
         fact_emb = np.ascontiguousarray(self.data.fact_emb)
-        self.fact_scorer = (
-            FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads,
-                       batch_scan=self.cfg.batch_scan, small_batch_scan=self.cfg.small_batch_scan)
-            if self.cfg.fact_index == "exact" else FaissFactScorer(fact_emb, self.cfg.fact_index))
+        self.fact_scorer = self._fact_scorer(fact_emb)
         self.entity_passages = graph.vertex_passage_counts
         self.n_nodes = graph.vcount()
         self._passage_rows = self.data.passage_vertices
-        if self.cfg.ppr_backend == "batched":
+        self.push = None
+        if self.profile.ppr_backend in ("batched", "push"):
             self.solver = PPRSolver(graph.adjacency(), damping=self.cfg.damping, tol=self.cfg.ppr_tol,
                                     device=self.cfg.device)
+        if self.profile.ppr_backend == "push":  # on the solver's operator: no second copy of the graph
+            self.push = PushPPR(self.solver, eps=self.cfg.push_eps, max_edges=self.cfg.push_max_edges)
         release_freed_memory()  # the solver's temporary matrices
         self._graph_ready = True
+
+    def _fact_scorer(self, fact_emb: np.ndarray) -> FactScorer | FaissFactScorer:
+        kind = self.profile.fact_index
+        if kind == "exact":
+            return FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads,
+                              batch_scan=self.cfg.batch_scan, small_batch_scan=self.cfg.small_batch_scan)
+        if kind == "ann":
+            return FaissFactScorer(fact_emb, kind, index=self.data.ann("facts"), ef_search=self.cfg.ann_ef_search)
+        return FaissFactScorer(fact_emb, kind)
 
     # -- public API -----------------------------------------------------------------------------------------------
 
@@ -194,6 +231,8 @@ class Retriever:
     def dense_hits(self, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids), each b × n best first, of the dense index for unit query rows ``q``, as every search
         finds them (a few queries through the int8 screen, batches through the batch scan)."""
+        if self._passage_ann is not None:
+            return ann.search(self._passage_ann, self.passage_emb, q, n, ef_search=self.cfg.ann_ef_search)
         return dense_search(self.dense, q, n, blas_from=self.cfg.dense_blas_from, scan=self._dense_scan,
                             screen=self._dense_screen)
 
@@ -266,6 +305,8 @@ class Retriever:
         cfg = self.cfg
         b = q.shape[0]
         seeds, facts, fallbacks = self.graph_seeds(q, queries, dense_hits, timings)
+        if self.push is not None:
+            return self._push_batch(seeds, depth, timings), facts, fallbacks
         t = time.perf_counter()
         rows_i = [v for sd in seeds for v in sd.weights]
         cols_i = [r for r, sd in enumerate(seeds) for _ in sd.weights]
@@ -273,7 +314,7 @@ class Retriever:
         reset = sp.csc_matrix((np.asarray(vals, dtype=np.float32), (rows_i, cols_i)), shape=(self.n_nodes, b))
         timings["seeds"] += _ms(t)
         t = time.perf_counter()
-        if cfg.ppr_backend == "igraph":
+        if self.profile.ppr_backend == "igraph":
             g = self.data.graph
             dense_reset = reset.toarray()
             scores = np.stack([igraph_ppr(g, dense_reset[:, r], cfg.damping)[: self.n_passages] for r in range(b)],
@@ -286,6 +327,19 @@ class Retriever:
         lists = [[(int(i), float(scores[i, r])) for i in top[r]] for r in range(b)]
         timings["rank"] = _ms(t)
         return lists, facts, fallbacks
+
+    def _push_batch(self, seeds: list[Seeds], depth: int, timings: dict[str, float]) -> list[list[tuple[int, float]]]:
+        """Each query's passages by forward push from its own seeds (the scale profile: no whole-graph pass)."""
+        t = time.perf_counter()
+        lists = []
+        for sd in seeds:
+            v, s, _ = self.push.top(np.fromiter(sd.weights, np.int64, len(sd.weights)),  # type: ignore[union-attr]
+                                    np.fromiter(sd.weights.values(), np.float64, len(sd.weights)),
+                                    self.n_passages, depth)
+            lists.append([(int(i), float(x)) for i, x in zip(v, s)])
+        timings["ppr"] = _ms(t)
+        timings["rank"] = 0.0
+        return lists
 
     def graph_seeds(self, q: np.ndarray, queries: list[str], dense_hits: tuple[np.ndarray, np.ndarray] | None,
                     timings: dict[str, float] | None = None, *, origins: bool = False
@@ -371,8 +425,13 @@ class Retriever:
         vec = np.zeros(self.n_nodes, dtype=np.float64)
         for v, w in reset.items():
             vec[v] += w
-        if self.cfg.ppr_backend == "igraph":
+        if self.profile.ppr_backend == "igraph":
             return igraph_ppr(self.data.graph, vec, self.cfg.damping)
+        if self.push is not None:
+            res = self.push.solve(np.flatnonzero(vec), vec[vec != 0])
+            out = np.zeros(self.n_nodes, dtype=np.float64)
+            out[res.vertices] = res.scores
+            return out
         return np.asarray(self.solver.solve(vec.astype(np.float32)), dtype=np.float64)
 
     def query_entities(self, query: str) -> list[int]:
