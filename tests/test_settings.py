@@ -55,7 +55,7 @@ def test_a_valid_file_still_loads(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name, needles", [
     ("ROUTERAG_SERVER__API_KYE", ["[server] has no setting 'api_kye'", "did you mean ROUTERAG_SERVER__API_KEY?"]),
     ("ROUTERAG_SEVRER__API_KEY", ["no setting 'sevrer'", "did you mean ROUTERAG_SERVER__API_KEY?"]),
-    ("ROUTERAG_FOO", ["ROUTERAG_FOO", "no setting 'foo'", "valid: cache_dir,"]),
+    ("ROUTERAG_FOO", ["ROUTERAG_FOO", "no setting 'foo'", "valid: ann, cache_dir,"]),
     ("ROUTERAG_CACHEDIR", ["did you mean ROUTERAG_CACHE_DIR?"]),
     ("ROUTERAG_MODEL_DRI", ["did you mean ROUTERAG_MODEL_DIR?"]),
     ("ROUTERAG_SERVER__PORT__X", ["server.port is a single setting, not a section"]),
