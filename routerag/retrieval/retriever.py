@@ -85,12 +85,26 @@ class Retriever:
         self._dense_screen = small_scan(self.dense) if self.cfg.small_batch_scan != "float" else None
         self.passage_emb = np.ascontiguousarray(self.data.passage_emb)
         self.facts = self.data.facts
+        self.milvus = self._open_milvus()
+        self._milvus_dense = None if self.milvus is None else self.milvus.dense(self.passage_emb)
         self._graph_ready = False
         self._graph_lock = threading.Lock()
         self.fact_filter = None
         if self.cfg.fact_filter:
             self.fact_filter = LLMFactFilter(self.cfg.fact_filter_base_url, self.cfg.fact_filter_model,  # type: ignore[arg-type]
                                              api_key=resolve_api_key(self.cfg.fact_filter_api_key))
+
+    def _open_milvus(self):  # noqa: ANN202
+        """With ``retrieval.vector_store = "milvus"``, the index's vectors in Milvus (:mod:`.vector_store`)."""
+        if self.cfg.vector_store != "milvus":
+            return None
+        from .vector_store import MilvusVectors, content_key
+
+        if not self.cfg.milvus_uri:
+            raise ValueError("retrieval.vector_store = 'milvus' needs retrieval.milvus_uri: a local file (Milvus "
+                             "Lite) or http://host:19530")
+        token = self.cfg.milvus_token.get_secret_value() if self.cfg.milvus_token else None
+        return MilvusVectors(self.cfg.milvus_uri, token, content_key(self.data.manifest))
 
     # -- loading the graph part lazily: passage-only users never pay for it -------------------------------------
 
@@ -111,6 +125,7 @@ class Retriever:
         self.fact_ends = self.data.fact_ends
         fact_emb = np.ascontiguousarray(self.data.fact_emb)
         self.fact_scorer = (
+            self.milvus.facts(fact_emb) if self.milvus is not None else
             FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads,
                        batch_scan=self.cfg.batch_scan, small_batch_scan=self.cfg.small_batch_scan)
             if self.cfg.fact_index == "exact" else FaissFactScorer(fact_emb, self.cfg.fact_index))
@@ -194,6 +209,8 @@ class Retriever:
     def dense_hits(self, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids), each b × n best first, of the dense index for unit query rows ``q``, as every search
         finds them (a few queries through the int8 screen, batches through the batch scan)."""
+        if self._milvus_dense is not None:
+            return self._milvus_dense.search(q, n)
         return dense_search(self.dense, q, n, blas_from=self.cfg.dense_blas_from, scan=self._dense_scan,
                             screen=self._dense_screen)
 
