@@ -40,8 +40,9 @@ def test_communities_keep_a_topic_on_one_shard_where_round_robin_cuts_every_one(
     assert np.bincount(shard).tolist() == [6, 6]
     assert len({shard[p] for p in range(0, 12, 2)}) == 1 and len({shard[p] for p in range(1, 12, 2)}) == 1
     cut = cut_statistics(g, shard)
-    robin = cut_statistics(g, np.arange(12) % 2 == np.arange(12) // 6)  # halves: each topic split in two
-    assert cut["passage_pairs_cut"] < 0.1 < robin["passage_pairs_cut"]
+    halves = cut_statistics(g, np.arange(12) // 6)  # by order: each topic split in two
+    assert cut["passage_pairs_cut"] == pytest.approx(12 / 72, abs=1e-4)  # only the two cross links' pairs
+    assert halves["passage_pairs_cut"] > 0.5 and halves["entities_on_several_shards"] == 1.0
 
 
 def test_a_community_larger_than_a_shard_is_split_to_keep_the_balance() -> None:
@@ -57,9 +58,10 @@ def test_one_shard_seeded_globally_is_the_unsharded_graph_search(retriever: Retr
     seeds = [s.to_json() for s in global_seeds([seed_candidates(retriever, QUERIES)], cfg)]
     staged = rank_with_seeds(retriever, QUERIES, seeds, 5)
     for mine, own in zip(staged, retriever.search(QUERIES, "graph", 5)):
-        assert [d.id for d in mine.docs] == [d.id for d in own.docs]
-        ratio = np.asarray([d.score for d in mine.docs]) / np.asarray([d.score for d in own.docs])
-        assert np.allclose(ratio, ratio[0], rtol=1e-4)
+        reached = [d for d in own.docs if d.score > 0]  # passages no mass reaches tie at 0, in either order
+        assert len(reached) >= 2 and [d.id for d in mine.docs[:len(reached)]] == [d.id for d in reached]
+        ratio = np.asarray([d.score for d in mine.docs[:len(reached)]]) / np.asarray([d.score for d in reached])
+        assert np.allclose(ratio, ratio[0], rtol=1e-3)
 
 
 @pytest.fixture(scope="module")
