@@ -170,7 +170,8 @@ class RetrieveResponse(BaseModel):
     mode: Mode
     shards: list[ShardStatus] | None = Field(None, description=(
         "A sharded index (`routerag serve --shards`): how each shard answered; the result merges those that did "
-        "(passage by score, graph and hybrid by Reciprocal Rank Fusion)."))
+        "(passage by score; graph by PageRank mass from one seeding of all shards, hybrid fusing the two; by "
+        "Reciprocal Rank Fusion over shards that do not serve /retrieve/shard)."))
 
 
 class ShardStageRequest(BaseModel):

@@ -41,6 +41,9 @@ from .types import QueryError, RetrievalResult, RetrievedDoc
 
 log = logging.getLogger(__name__)
 
+SEEDED_CHUNK = 16
+"""Queries per two-stage request (about 1 KB of seeds each, well inside a shard's 64 KiB body limit)."""
+
 
 class ShardsUnavailable(RuntimeError):
     """No shard answered: nothing to merge."""
@@ -193,7 +196,7 @@ class ShardedRetriever:
         t0 = time.perf_counter()
         merged = None
         if mode != "passage" and self.seeded is not False:
-            merged = await self._seeded_search(queries, mode, k)
+            merged = await self._seeded_in_chunks(queries, mode, k)
         if merged is None:
             ok, reports = await self._fan_out(queries, mode, k)
             merged = [merge([docs[i] for docs in ok], mode, k, self.rrf_k) for i in range(len(queries))], reports
@@ -202,6 +205,22 @@ class ShardedRetriever:
         results = [RetrievalResult(q, mode, lists[i], {"shards": round(ms / len(queries), 3)}, shards=reports)
                    for i, q in enumerate(queries)]
         return results, reports
+
+    async def _seeded_in_chunks(self, queries: list[str], mode: Mode, k: int
+                                ) -> tuple[list[list[RetrievedDoc]], list[ShardReport]] | None:
+        """:meth:`_seeded_search` over chunks of :data:`SEEDED_CHUNK` queries, concurrently: a stage's body grows
+        with its seeds, and a shard refuses bodies over its ``server.max_body_bytes`` (64 KiB by default)."""
+        if len(queries) <= SEEDED_CHUNK:
+            return await self._seeded_search(queries, mode, k)
+        parts = await asyncio.gather(*(self._seeded_search(queries[i:i + SEEDED_CHUNK], mode, k)
+                                       for i in range(0, len(queries), SEEDED_CHUNK)))
+        if any(p is None for p in parts):
+            return None
+        lists = [row for p in parts for row in p[0]]  # type: ignore[index]
+        reports = [ShardReport(r.url, all(p[1][i].ok for p in parts), max(p[1][i].ms for p in parts),  # type: ignore[index]
+                               next((p[1][i].error for p in parts if not p[1][i].ok), None))  # type: ignore[index]
+                   for i, r in enumerate(parts[0][1])]  # type: ignore[index]
+        return lists, reports
 
     async def _seeded_search(self, queries: list[str], mode: Mode, k: int
                              ) -> tuple[list[list[RetrievedDoc]], list[ShardReport]] | None:
