@@ -50,15 +50,17 @@ def shard_indexes(corpus: list[Path], n: int, out: Path, method: str) -> list[Pa
     return sorted(root.glob("shard-*"))
 
 
-def serve(paths: list[Path]) -> tuple[list[subprocess.Popen], list[str]]:
-    procs, urls = [], []
+def serve(paths: list[Path], procs: list[subprocess.Popen]) -> list[str]:
+    """A shard server per index (appended to ``procs`` as started, so the caller stops them even when one does
+    not come up); their URLs once all answer /ready."""
+    urls = []
     for p in paths:
         port = free_port()
         procs.append(subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "shard_server.py"), str(p), str(port)],
                                       cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         urls.append(f"http://127.0.0.1:{port}")
     for url in urls:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 900
         while True:
             try:
                 if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
@@ -67,7 +69,7 @@ def serve(paths: list[Path]) -> tuple[list[subprocess.Popen], list[str]]:
                 pass
             assert time.monotonic() < deadline, f"{url} did not start"
             time.sleep(0.5)
-    return procs, urls
+    return urls
 
 
 async def measure(urls: list[str], items: list, mode: str, merge: str) -> dict:
@@ -111,8 +113,9 @@ def main() -> None:
     items = items[: args.limit]
     for n in (int(x) for x in args.shards.split(",")):
         paths = [args.whole] if n == 1 and args.whole else shard_indexes(args.corpus, n, args.out, args.method)
-        procs, urls = serve(paths)
+        procs: list[subprocess.Popen] = []
         try:
+            urls = serve(paths, procs)
             for mode in ("passage", "graph", "hybrid"):
                 row = {"shards": n, "method": args.method, "merge": args.merge, "mode": mode,
                        **asyncio.run(measure(urls, items, mode, args.merge))}
