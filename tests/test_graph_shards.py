@@ -106,3 +106,18 @@ def live(app):  # noqa: ANN001, ANN201
     from .helpers.server_helpers import live_server
 
     return live_server(app)
+
+
+def test_the_cli_refuses_shards_with_ray_and_more_shards_than_passages(tmp_path: Path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from routerag.cli import app
+
+    monkeypatch.setenv("ROUTERAG_CACHE_DIR", str(tmp_path / "cache"))
+    runner = CliRunner()
+    res = runner.invoke(app, ["build-graph", str(FIX / "twohop.jsonl"), "-o", str(tmp_path / "o"), "--shards", "2",
+                              "--ray", "local"])
+    assert res.exit_code == 2 and "does not combine with --ray" in res.output
+    res = runner.invoke(app, ["build-graph", str(FIX / "twohop.jsonl"), "-o", str(tmp_path / "o"), "--shards", "11"])
+    assert res.exit_code != 0 and "more than the corpus's 10 passages" in res.output
+    assert not (tmp_path / "o" / SHARDS_FILE).exists()
