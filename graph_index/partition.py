@@ -127,7 +127,7 @@ def partition(passages: Sequence[Passage], results: Sequence[OpenIEResult], cfg:
     else:
         levels = community_levels(g, cfg.shards.seed)
         shard = assign_shards(levels, n, n_shards, cfg.shards.max_imbalance)
-        stats = {"method": "communities", "communities": int(len(np.unique(levels[-1][:n]))),
+        stats = {"method": "communities", "communities": len(np.unique(levels[-1][:n])),
                  "modularity": round(float(g.modularity(levels[-1].tolist(), weights="weight")), 4)
                  if g.ecount() else 0.0}
     stats["passages"] = np.bincount(shard, minlength=n_shards).tolist()
@@ -150,7 +150,7 @@ def build_shards(corpus_paths: Sequence[str | Path], out: Path, cfg: BuildConfig
     if (out / SHARDS_FILE).exists() and not force:
         raise FileExistsError(f"{out} already holds shards; pass --force to replace them")
     comp = components or Components(cfg)
-    passages, report = load_corpus(corpus_paths, **cfg.corpus.model_dump())
+    passages, _ = load_corpus(corpus_paths, **cfg.corpus.model_dump())
     if n_shards > len(passages):
         raise ValueError(f"--shards {n_shards} is more than the corpus's {len(passages)} passages")
     preset = load_openie_results(openie_results) if openie_results else None
@@ -177,7 +177,7 @@ def _write_shards(passages: Sequence[Passage], shard: np.ndarray, out: Path, cfg
             part.write_text("".join(json.dumps(passages[r].to_json()) + "\n" for r in rows), encoding="utf-8")
             build_index([part], out / shard_name(i), cfg, force=force, progress=progress, components=comp,
                         openie_results=openie_results)
-            entries.append({"name": shard_name(i), "passages": int(len(rows))})
+            entries.append({"name": shard_name(i), "passages": len(rows)})
     record = {"shards": entries, "partition": stats}
     write_text_atomic(out / SHARDS_FILE, json.dumps(record, indent=2) + "\n")
     return record

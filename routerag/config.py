@@ -182,7 +182,7 @@ class RetrievalConfig(StrictModel):
     ``milvus_uri``, uploaded from the index when it opens; ``routerag/retrieval/vector_store.py``). Needs the
     ``milvus`` extra (``pip install 'routerag[milvus]'``)."""
     milvus_uri: str | None = None
-    """With ``vector_store = "milvus"``: a local file (``/data/routerag.db``: Milvus Lite, in process) or a Milvus
+    """With ``vector_store = "milvus"``: a local file (``/data/routerag.db``: Milvus Lite, started locally) or a Milvus
     server (``http://host:19530``)."""
     milvus_token: SecretStr | None = None
     """A Milvus server's token (``user:password`` or an API key); none for Milvus Lite."""

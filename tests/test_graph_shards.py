@@ -13,10 +13,20 @@ import numpy as np
 import pytest
 
 from graph_index.builder import Components
-from graph_index.partition import SHARDS_FILE, assign_shards, build_shards, community_levels, cut_statistics
-from routerag.config import RetrievalConfig, Settings
+from graph_index.partition import (
+    SHARDS_FILE,
+    assign_shards,
+    build_shards,
+    community_levels,
+    cut_statistics,
+)
+from routerag.config import Settings
 from routerag.retrieval import Retriever
-from routerag.retrieval.shard_seeds import global_seeds, rank_with_seeds, seed_candidates
+from routerag.retrieval.shard_seeds import (
+    global_seeds,
+    rank_with_seeds,
+    seed_candidates,
+)
 
 from .helpers.server_helpers import FIX
 from .test_shards import QUERIES, front_app, retrieve, shard_app
@@ -102,7 +112,7 @@ def test_a_sharded_graph_search_merges_pagerank_masses_from_one_seeding(graph_sh
         assert bad.status_code == 400 and "one seeding per query" in bad.text
 
 
-def live(app):  # noqa: ANN001, ANN201
+def live(app):
     from .helpers.server_helpers import live_server
 
     return live_server(app)

@@ -116,8 +116,8 @@ def build_graph_cmd(
         if json_out:
             print_json(record)
         else:
-            console.print(f"built {len(record['shards'])} shards in {out}: " + ", ".join(
-                f"{s['name']} ({s['passages']:,} passages)" for s in record["shards"]) + f"; partition {record['partition']}")
+            names = ", ".join(f"{s['name']} ({s['passages']:,} passages)" for s in record["shards"])
+            console.print(f"built {len(record['shards'])} shards in {out}: {names}; partition {record['partition']}")
         return
     if ray is not None:
         if openie_results is not None:

@@ -32,7 +32,6 @@ from routerag.config import RetrievalConfig
 from .retriever import Retriever, _minmax_rows
 from .types import RetrievalResult, RetrievedDoc
 
-
 MAX_NAME_WORDS = 8
 """Longest entity name, in words, a query is matched against (as :meth:`IndexData.entities_in`)."""
 

@@ -38,7 +38,6 @@ from .fusion import reciprocal_rank_fusion
 from .shard_seeds import global_seeds
 from .types import QueryError, RetrievalResult, RetrievedDoc
 
-
 log = logging.getLogger(__name__)
 
 SEEDED_CHUNK = 16
@@ -216,10 +215,11 @@ class ShardedRetriever:
                                        for i in range(0, len(queries), SEEDED_CHUNK)))
         if any(p is None for p in parts):
             return None
-        lists = [row for p in parts for row in p[0]]  # type: ignore[index]
-        reports = [ShardReport(r.url, all(p[1][i].ok for p in parts), max(p[1][i].ms for p in parts),  # type: ignore[index]
-                               next((p[1][i].error for p in parts if not p[1][i].ok), None))  # type: ignore[index]
-                   for i, r in enumerate(parts[0][1])]  # type: ignore[index]
+        done = [p for p in parts if p is not None]
+        lists = [row for p in done for row in p[0]]
+        reports = [ShardReport(r.url, all(p[1][i].ok for p in done), max(p[1][i].ms for p in done),
+                               next((p[1][i].error for p in done if not p[1][i].ok), None))
+                   for i, r in enumerate(done[0][1])]
         return lists, reports
 
     async def _seeded_search(self, queries: list[str], mode: Mode, k: int

@@ -1,7 +1,7 @@
 """Passage and fact vectors in Milvus instead of FAISS (``retrieval.vector_store = "milvus"``), for users whose
 vectors live in an engine they already run.
 
-``retrieval.milvus_uri`` names the engine: a local file (``/data/routerag.db``) runs Milvus Lite in process, and
+``retrieval.milvus_uri`` names the engine: a local file (``/data/routerag.db``) starts Milvus Lite locally, and
 ``http://host:19530`` reaches a Milvus server or cluster through the same ``pymilvus`` client (with
 ``retrieval.milvus_token`` where it needs one). The index stays the source of truth: when a retriever opens an
 index it makes sure two collections hold its passage and fact vectors, named by a hash of the index's checksummed
