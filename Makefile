@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
-	$(PIP) -e ".[test]"
+	$(PIP) -e ".[test,milvus]"
 	# the verl plug-ins are tested on CPU against verl itself (config composition, the agent-loop worker, the
 	# stage-2 hook on a TransferQueue batch, GRPO arithmetic): verl without its GPU stack (--no-deps; it would also
 	# pin an older transformers) plus what it and the plug-ins import at load time

@@ -1,10 +1,13 @@
-"""Sharded against unsharded retrieval, side by side in one run: the corpus split round-robin into N shards (one
-index each, built with the build cache), each served by a real server on localhost (benchmarks/shard_server.py),
-queried through :class:`routerag.retrieval.shards.ShardedRetriever` one question at a time; N = 1 is the whole index
-behind one server, the reference.
+"""Sharded against unsharded retrieval, side by side in one run: the corpus split into N shards by
+``routerag build-graph --shards N`` (:func:`graph_index.partition.build_shards`; ``--method communities`` or
+``round-robin``; built with the build cache), each served by a real server on localhost
+(benchmarks/shard_server.py), queried through :class:`routerag.retrieval.shards.ShardedRetriever` one question at a
+time; N = 1 is the whole index behind one server (``--whole`` an index already built), the reference.
+``--merge rrf`` makes the front merge graph and hybrid rankings by rank alone (the merge before the global
+seeding), for comparison.
 
     python benchmarks/shards.py --corpus popqa_corpus.json --corpus 2wiki_corpus.json --questions q.json \
-        --shards 1,2,4 --out /tmp/shards
+        --heldout popqa --shards 1,2,4 --out /tmp/shards
 
 Prints, per N and mode, recall@5 over the gold passages (by title) and the p50 / p95 of one fan-out.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import socket
 import statistics
 import subprocess
@@ -23,8 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from graph_index.builder import build_index
-from graph_index.corpus import load_corpus
+from graph_index.partition import SHARDS_FILE, build_shards
 from routerag.config import Settings
 from routerag.datasets import load_questions
 from routerag.retrieval.shards import ShardedRetriever
@@ -38,29 +41,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def build_shards(corpus: list[Path], n: int, out: Path) -> list[Path]:
-    passages, _ = load_corpus(corpus)
-    paths = []
-    for i in range(n):
-        part = out / f"n{n}" / f"part{i}.jsonl"
-        part.parent.mkdir(parents=True, exist_ok=True)
-        part.write_text("".join(json.dumps(p.to_json()) + "\n" for p in passages[i::n]))
-        idx = out / f"n{n}" / f"shard{i}"
-        if not idx.exists():
-            build_index([part], idx, Settings(), progress=False)
-        paths.append(idx)
-    return paths
+def shard_indexes(corpus: list[Path], n: int, out: Path, method: str) -> list[Path]:
+    """The N shard indexes of ``corpus`` under ``out/METHOD-nN``, built unless they exist."""
+    root = out / f"{method}-n{n}"
+    if not (root / SHARDS_FILE).exists():
+        cfg = Settings(shards={"method": method})
+        print(json.dumps(build_shards(corpus, root, cfg, n, progress=False, force=True)["partition"]), flush=True)
+    return sorted(root.glob("shard-*"))
 
 
-def serve(paths: list[Path]) -> tuple[list[subprocess.Popen], list[str]]:
-    procs, urls = [], []
+def serve(paths: list[Path], procs: list[subprocess.Popen]) -> list[str]:
+    """A shard server per index (appended to ``procs`` as started, so the caller stops them even when one does
+    not come up); their URLs once all answer /ready."""
+    urls = []
     for p in paths:
         port = free_port()
         procs.append(subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "shard_server.py"), str(p), str(port)],
                                       cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         urls.append(f"http://127.0.0.1:{port}")
     for url in urls:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 900
         while True:
             try:
                 if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
@@ -69,11 +69,13 @@ def serve(paths: list[Path]) -> tuple[list[subprocess.Popen], list[str]]:
                 pass
             assert time.monotonic() < deadline, f"{url} did not start"
             time.sleep(0.5)
-    return procs, urls
+    return urls
 
 
-async def measure(urls: list[str], items: list, mode: str) -> dict:
+async def measure(urls: list[str], items: list, mode: str, merge: str) -> dict:
     sharded = ShardedRetriever(urls, timeout_s=30)
+    if merge == "rrf":
+        sharded.seeded = False
     lat, rec = [], []
     try:
         for it in items:
@@ -98,14 +100,25 @@ def main() -> None:
     ap.add_argument("--shards", default="1,2,4")
     ap.add_argument("--limit", type=int, default=200)
     ap.add_argument("--out", type=Path, default=Path("/tmp/routerag-shards"))
+    ap.add_argument("--method", choices=["communities", "round-robin"], default="communities")
+    ap.add_argument("--merge", choices=["seeded", "rrf"], default="seeded")
+    ap.add_argument("--whole", type=Path, help="The unsharded index for N = 1 (else built like a shard).")
+    ap.add_argument("--heldout", choices=["popqa"], help="Take PopQA's held-out 200 (notes/SPLITS.md: shuffled "
+                                                          "with seed 0, items 300 to 500) instead of the first.")
     args = ap.parse_args()
-    items = load_questions(args.questions)[: args.limit]
+    items = load_questions(args.questions)
+    if args.heldout == "popqa":
+        random.Random(0).shuffle(items)
+        items = items[300:500]
+    items = items[: args.limit]
     for n in (int(x) for x in args.shards.split(",")):
-        paths = build_shards(args.corpus, n, args.out)
-        procs, urls = serve(paths)
+        paths = [args.whole] if n == 1 and args.whole else shard_indexes(args.corpus, n, args.out, args.method)
+        procs: list[subprocess.Popen] = []
         try:
+            urls = serve(paths, procs)
             for mode in ("passage", "graph", "hybrid"):
-                row = {"shards": n, "mode": mode, **asyncio.run(measure(urls, items, mode))}
+                row = {"shards": n, "method": args.method, "merge": args.merge, "mode": mode,
+                       **asyncio.run(measure(urls, items, mode, args.merge))}
                 print(json.dumps(row), flush=True)
         finally:
             for p in procs:

@@ -236,6 +236,19 @@ class AnnConfig(StrictModel):
         return self.write == "always" or (self.write == "auto" and passages >= self.from_passages)
 
 
+class ShardConfig(StrictModel):
+    """``routerag build-graph --shards N``: how the corpus is split (``graph_index/partition.py``)."""
+
+    method: Literal["communities", "round-robin"] = "communities"
+    """``communities``: the passage–entity graph's Louvain communities packed into N shards, so that the passages a
+    multi-hop path joins stay on one shard; ``round-robin``: passage i to shard i mod N (the baseline, which cuts
+    most of the graph's links)."""
+    max_imbalance: float = Field(0.05, ge=0, le=1)
+    """A shard holds at most (1 + this) × passages / N."""
+    seed: int = 0
+    """Seed of the community search (the same corpus and seed give the same split)."""
+
+
 class IndexConfig(StrictModel):
     """What an index is made with: recorded in its manifest (secrets left out) and reused by every search and
     update of it, so an update equals a rebuild and a search embeds queries as the passages were embedded."""
@@ -263,6 +276,7 @@ class BuildConfig(IndexConfig):
     """Everything a build reads: what the index is made with, plus this run's corpus handling and cache."""
 
     corpus: CorpusConfig = CorpusConfig()
+    shards: ShardConfig = ShardConfig()
     cache_dir: Path = Field(default_factory=default_cache_dir)
     use_cache: bool = True
 

@@ -201,6 +201,15 @@ class RetrievalConfig(StrictModel):
     fact_filter_base_url: str | None = None
     fact_filter_model: str | None = None
     fact_filter_api_key: SecretStr | None = None
+    vector_store: Literal["faiss", "milvus"] = "faiss"
+    """Where passage and fact vectors are searched: ``faiss`` (the index's own files) or ``milvus`` (collections in
+    ``milvus_uri``, uploaded from the index when it opens; ``routerag/retrieval/vector_store.py``). Needs the
+    ``milvus`` extra (``pip install 'routerag[milvus]'``)."""
+    milvus_uri: str | None = None
+    """With ``vector_store = "milvus"``: a local file (``/data/routerag.db``: Milvus Lite, started locally) or a Milvus
+    server (``http://host:19530``)."""
+    milvus_token: SecretStr | None = None
+    """A Milvus server's token (``user:password`` or an API key); none for Milvus Lite."""
 
     @property
     def top_k(self) -> int:

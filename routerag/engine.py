@@ -107,6 +107,23 @@ class Engine:
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: self.retriever.search(queries, mode=mode, k=k))
 
+    async def shard_stage(self, queries: list[str], stage: str, seeds: list[dict[str, Any]] | None,
+                          k: int) -> list[dict[str, Any]] | list[RetrievalResult]:
+        """This index as one shard of a sharded graph search (:mod:`routerag.retrieval.shard_seeds`): its seeding
+        candidates (``seeds``), or its passages ranked from the global seeding (``rank``)."""
+        from .retrieval import shard_seeds
+
+        if self.retriever is None:
+            raise QueryError("this server searches shards itself; it cannot serve as a shard")
+        retriever = self.retriever
+        if stage == "seeds":
+            work = lambda: shard_seeds.seed_candidates(retriever, queries)  # noqa: E731
+        else:
+            if seeds is None or len(seeds) != len(queries):
+                raise QueryError("stage rank needs one seeding per query")
+            work = lambda: shard_seeds.rank_with_seeds(retriever, queries, seeds, k)  # noqa: E731
+        return await asyncio.get_running_loop().run_in_executor(None, work)
+
     def reload(self) -> Retriever:
         """Open the index's current version, warm it up, then swap it in for every later search; returns the new
         retriever. Searches already running finish on the version they started with, and no request waits: the

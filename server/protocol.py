@@ -170,7 +170,28 @@ class RetrieveResponse(BaseModel):
     mode: Mode
     shards: list[ShardStatus] | None = Field(None, description=(
         "A sharded index (`routerag serve --shards`): how each shard answered; the result merges those that did "
-        "(passage by score, graph and hybrid by Reciprocal Rank Fusion)."))
+        "(passage by score; graph by PageRank mass from one seeding of all shards, hybrid fusing the two; by "
+        "Reciprocal Rank Fusion over shards that do not serve /retrieve/shard)."))
+
+
+class ShardStageRequest(BaseModel):
+    """Between a sharded front server (``routerag serve --shards``) and its shards: the two stages of a graph search
+    seeded once for all shards (``routerag/retrieval/shard_seeds.py``). ``seeds``: each shard's raw seeding
+    candidates per query; ``rank``: PageRank from the global seeding given, scores comparable across shards."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    queries: list[NonBlank] = Field(min_length=1, max_length=1024, description="Queries, one batch.")
+    stage: Literal["seeds", "rank"]
+    seeds: list[dict[str, dict[str, float]]] | None = Field(
+        None, description="``rank``: per query {passages: {id: weight}, entities: {name: weight}}.")
+    topk: int = Field(10, ge=1, le=1000)
+    index: str | None = Field(None, description=INDEX_FIELD)
+
+
+class ShardStageResponse(BaseModel):
+    seeds: list[dict[str, Any]] | None = Field(None, description="``seeds``: per query, this shard's candidates.")
+    result: list[list[ScoredDocument]] | None = Field(None, description="``rank``: per query, its documents.")
 
 
 # -- errors and probes ------------------------------------------------------------------------------------------------

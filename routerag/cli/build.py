@@ -80,6 +80,10 @@ def build_graph_cmd(
         "--ray", help="Run extraction and embedding on Ray: auto (a running cluster), ray://HOST:PORT, or local (a "
                       "Ray started for this build). Batches finished by a killed run are not run again.")] = None,
     ray_batch_size: Annotated[int, typer.Option(help="Passages per Ray batch (one result file each).")] = 256,
+    shards: Annotated[Optional[int], typer.Option(
+        "--shards", min=1, help="Split the corpus into N shards along the graph's communities (shards.method) and "
+                                "build one index each, OUT/shard-000 ...; serve each and put `routerag serve "
+                                "--shards URL,...` before them.")] = None,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
@@ -102,6 +106,19 @@ def build_graph_cmd(
     if cfg.extractor.kind == "llm" and not (cfg.extractor.llm_model and (cfg.extractor.llm_base_url
                                                                           or cfg.extractor.llm_backend == "vllm")):
         raise UsageError("--extractor llm needs --llm-model and --llm-base-url (or --llm-backend vllm)")
+    if shards is not None:
+        if ray is not None:
+            raise UsageError("--shards builds each shard locally; it does not combine with --ray")
+        from graph_index.partition import build_shards
+
+        record = build_shards(corpus, out, cfg, shards, force=force, progress=not json_out,
+                              openie_results=openie_results)
+        if json_out:
+            print_json(record)
+        else:
+            names = ", ".join(f"{s['name']} ({s['passages']:,} passages)" for s in record["shards"])
+            console.print(f"built {len(record['shards'])} shards in {out}: {names}; partition {record['partition']}")
+        return
     if ray is not None:
         if openie_results is not None:
             raise UsageError("--openie-results imports extraction results; it does not combine with --ray")

@@ -195,7 +195,7 @@ def load_engine(index: Path | None, config: Path | None, policy: dict, *, warm: 
 
         key = settings.server.api_key
         sharded = ShardedRetriever(shards, api_key=key.get_secret_value() if key else None,
-                                   timeout_s=settings.retrieval.shard_timeout_s, rrf_k=settings.retrieval.rrf_k)
+                                   timeout_s=settings.retrieval.shard_timeout_s, cfg=settings.retrieval)
     engine = Engine(index, settings, shards=sharded)
     if warm:
         engine.warm_up()

@@ -113,12 +113,26 @@ class Retriever:
         self._passage_ann = self.data.ann("passages") if not exact_dense else None
         self.passage_emb = np.ascontiguousarray(self.data.passage_emb)
         self.facts = self.data.fact_rows
+        self.milvus = self._open_milvus()
+        self._milvus_dense = None if self.milvus is None else self.milvus.dense(self.passage_emb)
         self._graph_ready = False
         self._graph_lock = threading.Lock()
         self.fact_filter = None
         if self.cfg.fact_filter:
             self.fact_filter = LLMFactFilter(self.cfg.fact_filter_base_url, self.cfg.fact_filter_model,  # type: ignore[arg-type]
                                              api_key=resolve_api_key(self.cfg.fact_filter_api_key))
+
+    def _open_milvus(self):  # noqa: ANN202
+        """With ``retrieval.vector_store = "milvus"``, the index's vectors in Milvus (:mod:`.vector_store`)."""
+        if self.cfg.vector_store != "milvus":
+            return None
+        from .vector_store import MilvusVectors, content_key
+
+        if not self.cfg.milvus_uri:
+            raise ValueError("retrieval.vector_store = 'milvus' needs retrieval.milvus_uri: a local file (Milvus "
+                             "Lite) or http://host:19530")
+        token = self.cfg.milvus_token.get_secret_value() if self.cfg.milvus_token else None
+        return MilvusVectors(self.cfg.milvus_uri, token, content_key(self.data.manifest))
 
     # -- loading the graph part lazily: passage-only users never pay for it -------------------------------------
 
@@ -152,6 +166,8 @@ class Retriever:
         self._graph_ready = True
 
     def _fact_scorer(self, fact_emb: np.ndarray) -> FactScorer | FaissFactScorer:
+        if self.milvus is not None:  # retrieval.vector_store = "milvus": the facts are matched in Milvus
+            return self.milvus.facts(fact_emb)
         kind = self.profile.fact_index
         if kind == "exact":
             return FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads,
@@ -231,6 +247,8 @@ class Retriever:
     def dense_hits(self, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids), each b × n best first, of the dense index for unit query rows ``q``, as every search
         finds them (a few queries through the int8 screen, batches through the batch scan)."""
+        if self._milvus_dense is not None:
+            return self._milvus_dense.search(q, n)
         if self._passage_ann is not None:
             return ann.search(self._passage_ann, self.passage_emb, q, n, ef_search=self.cfg.ann_ef_search)
         return dense_search(self.dense, q, n, blas_from=self.cfg.dense_blas_from, scan=self._dense_scan,

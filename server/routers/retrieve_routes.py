@@ -10,7 +10,8 @@ from fastapi.responses import Response
 
 from routerag.retrieval.types import RetrievalResult
 
-from ..protocol import Document, ErrorResponse, RetrieveRequest, RetrieveResponse, ScoredDocument, ShardStatus
+from ..protocol import (Document, ErrorResponse, RetrieveRequest, RetrieveResponse, ScoredDocument, ShardStageRequest,
+                        ShardStageResponse, ShardStatus)
 from ..service import RETRIEVE, Service, service_of
 from .common import Responses, json_response, with_body
 
@@ -37,6 +38,26 @@ async def retrieve(req: RetrieveRequest, request: Request) -> Response:
     return json_response(retrieve_response(results, mode, req.return_scores))
 
 
+SHARD_STAGE = RETRIEVE + "/shard"
+
+
+async def shard_stage(req: ShardStageRequest, request: Request) -> Response:
+    """One stage of a graph search over shards, asked by a sharded front server of this one (see
+    ``routerag/retrieval/shard_seeds.py``): this shard's seeding candidates, or its passages ranked from the global
+    seeding."""
+    service = service_of(request)
+    _, engine = service.pick(request, req.index, route=SHARD_STAGE)
+    queries = [" ".join(q.split()) for q in req.queries]
+    out = await service.call(request, RETRIEVE, SHARD_STAGE,
+                             lambda: engine.shard_stage(queries, req.stage, req.seeds, req.topk), interruptible=False)
+    if isinstance(out, Response):
+        return out
+    if req.stage == "seeds":
+        return json_response(ShardStageResponse(seeds=out))
+    rows = retrieve_response(out, "graph", True).result
+    return json_response(ShardStageResponse(result=rows))  # type: ignore[arg-type]
+
+
 def retrieve_routes(service: Service, errors: Responses) -> APIRouter:
     """``/retrieve`` with this app's request model."""
     router = APIRouter()
@@ -44,4 +65,6 @@ def retrieve_routes(service: Service, errors: Responses) -> APIRouter:
                                                                               "what the schema states."}}
     router.add_api_route(RETRIEVE, with_body(retrieve, service.retrieve_model), methods=["POST"],
                          response_model=RetrieveResponse, responses=retrieve_errors)
+    router.add_api_route(SHARD_STAGE, shard_stage, methods=["POST"], response_model=ShardStageResponse,
+                         responses=retrieve_errors)
     return router
