@@ -606,6 +606,17 @@ def request_models(cfg: ServerConfig, max_query_chars: int | None = None) -> tup
     return ask, retrieve
 
 
+def shard_stage_model(cfg: ServerConfig, max_query_chars: int | None = None) -> type[ShardStageRequest]:
+    """:class:`ShardStageRequest` with ``/retrieve``'s limits (query length and count, ``cfg``'s maximum k): a graph
+    search through a sharded front is refused by its shards exactly as ``/retrieve`` would refuse it."""
+    return create_model(
+        "ShardStageRequest", __base__=ShardStageRequest, __module__=__name__,
+        queries=(list[bounded_text(max_query_chars)],  # type: ignore[misc]
+                 Field(min_length=1, max_length=cfg.max_queries, description="Queries, one batch.")),
+        topk=(int, Field(10, ge=1, le=cfg.max_k, description=f"Documents per query (1 to {cfg.max_k}).")),
+    )
+
+
 def explain_model(cfg: ServerConfig, max_query_chars: int | None = None) -> type[ExplainRequest]:
     """:class:`ExplainRequest` with ``cfg``'s maximum k and the retriever's query length."""
     return create_model(

@@ -39,7 +39,7 @@ from .cancellation import client_left, until_disconnect
 from .errors import APIError
 from .jobs import JobRunner, Target
 from .metrics import ServerMetrics
-from .protocol import AskRequest, IndexInfo, Job, explain_model, request_models
+from .protocol import AskRequest, IndexInfo, Job, explain_model, request_models, shard_stage_model
 from .security import Access, access_in, key_ring, visible_index
 
 T = TypeVar("T")
@@ -116,6 +116,7 @@ class Service:
         self.keyed = bool(self.ring)
         self.ask_model, self.retrieve_model = request_models(cfg, settings.retrieval.max_query_chars)
         self.explain_model = explain_model(cfg, settings.retrieval.max_query_chars)
+        self.shard_stage_model = shard_stage_model(cfg, settings.retrieval.max_query_chars)
         self.metrics = ServerMetrics()
         self.backend_errors = backend_errors()
         first = next(iter(self.served.values()))

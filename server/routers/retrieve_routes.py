@@ -65,6 +65,7 @@ def retrieve_routes(service: Service, errors: Responses) -> APIRouter:
                                                                               "what the schema states."}}
     router.add_api_route(RETRIEVE, with_body(retrieve, service.retrieve_model), methods=["POST"],
                          response_model=RetrieveResponse, responses=retrieve_errors)
-    router.add_api_route(SHARD_STAGE, shard_stage, methods=["POST"], response_model=ShardStageResponse,
+    router.add_api_route(SHARD_STAGE, with_body(shard_stage, service.shard_stage_model), methods=["POST"],
+                         response_model=ShardStageResponse,
                          responses=retrieve_errors)
     return router
