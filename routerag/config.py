@@ -449,6 +449,11 @@ class TrainConfig(LoopSettings):
     LoRA adapter once per micro-batch for the policy and its reference and projects only the loss positions onto
     the vocabulary (exact, checked against ``whole`` on first use); ``whole``: the model's own forward passes, the
     reference for that check and for timings."""
+    filter_groups: bool = False
+    """Local trainer: leave out of the update every group whose rollouts all scored the same. Their advantages are 0,
+    so they add no policy gradient, only their KL term; skipping them saves the update's passes over them, and a step
+    where every group is uniform makes no optimiser step (and no engine refresh). DAPO's dynamic sampling without
+    its re-sampling; the metrics count the groups kept."""
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, ge=0)
     save_every: int = Field(10, ge=1)

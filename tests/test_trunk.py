@@ -10,6 +10,7 @@ import copy
 import torch
 
 from routerag.config import LoraConfig, Settings
+from training.grpo import informative_groups
 from training.local_trainer import LocalGRPOTrainer
 from training.models import add_lora, reference_policy, tiny_random_model
 from training.sequences import TokenSequence, micro_batches
@@ -99,3 +100,30 @@ def test_passes_that_disagree_with_the_whole_model_are_dropped_with_a_warning(ca
     trainer.passes.hidden = lambda ids, mask: real(ids, mask) * 1.5  # as a family that scales its embeddings would
     stats = trainer.update(seqs, [1.0, -1.0], [0, 0])
     assert trainer.passes is None and "shared-trunk passes differ" in caplog.text and stats["updates"] == 1
+
+
+def test_filtered_groups_are_left_out_of_the_update_and_uniform_steps_make_no_optimiser_step() -> None:
+    """``train.filter_groups``: with KL off, dropping a uniform group changes nothing its zero advantages carried, so
+    the adapter moves exactly as an update over the informative group alone; all-uniform makes no step."""
+    texts = ["<answer> Tarsk </answer>", "<search>[graph] Joran Veld </search>", "<answer> Ossel </answer>",
+             "<answer> Ossel </answer>"]
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.5])
+    groups = [0, 0, 1, 1]
+    assert informative_groups(rewards, groups) == {0}
+    assert informative_groups(torch.tensor([0.3, 0.3, 0.7]), [0, 0, 1]) == {1}  # a group of one always counts
+    adv = [1.0, -1.0, 0.0, 0.0]
+    params = []
+    for kept, rows in (({0}, [0, 1, 2, 3]), (None, [0, 1])):
+        model, tok = four_layer_policy()
+        seqs, _ = batch(tok, [texts[i] for i in rows])
+        stats = bare_trainer(model, tok, kl_coef=0.0, trunk=True).update(
+            seqs, [adv[i] for i in rows], [groups[i] for i in rows], kept)
+        assert stats["updates"] == 1 and stats["policy_tokens"] == sum(s.policy_tokens for s in seqs[:2])
+        params.append([p.detach().clone() for p in model.parameters() if p.requires_grad])
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*params))
+    model, tok = four_layer_policy()
+    before = [p.detach().clone() for p in model.parameters() if p.requires_grad]
+    seqs, _ = batch(tok, texts[2:])
+    stats = bare_trainer(model, tok, kl_coef=0.1, trunk=True).update(seqs, [0.0, 0.0], [1, 1], set())
+    assert stats["updates"] == 0
+    assert all(torch.equal(a, p) for a, p in zip(before, (p for p in model.parameters() if p.requires_grad)))

@@ -35,6 +35,15 @@ def group_advantages(rewards: torch.Tensor, groups: Sequence[object], *, eps: fl
     return out
 
 
+def informative_groups(rewards: torch.Tensor, groups: Sequence[int], *, tol: float = 1e-6) -> set[int]:
+    """The groups whose rewards are not all equal: only they carry a policy gradient under group-normalised
+    advantages (DAPO's filter; a group of one always counts, as its advantage is its reward)."""
+    by_group: dict[int, list[float]] = defaultdict(list)
+    for r, g in zip(rewards.tolist(), groups):
+        by_group[g].append(r)
+    return {g for g, rs in by_group.items() if len(rs) == 1 or max(rs) - min(rs) > tol}
+
+
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     mask = mask.to(values.dtype)
     return (values * mask).sum() / mask.sum().clamp(min=1.0)

@@ -37,6 +37,7 @@ from .costs import load_or_measure
 from .grpo import (
     first_loss_position,
     group_advantages,
+    informative_groups,
     low_var_kl,
     policy_loss_tokens,
     token_logprobs,
@@ -196,12 +197,13 @@ class LocalGRPOTrainer:
         totals = torch.tensor([r.total for r in rewards], dtype=torch.float32)
         adv = group_advantages(totals, groups).tolist()
         seqs = [trajectory_tokens(t, self.policy.loop.max_total_tokens + 4096) for t in trajs]
+        kept = informative_groups(totals, groups) if self.cfg.filter_groups else set(groups)
         t1 = time.perf_counter()
-        stats = self.update(seqs, adv, groups)
+        stats = self.update(seqs, adv, groups, kept)
         t_update = time.perf_counter() - t1
         t2 = time.perf_counter()
         refresh = getattr(self.generator, "refresh", None)
-        if refresh is not None:  # the engine decodes a copy of the weights: give it the updated ones
+        if refresh is not None and stats["updates"]:  # the engine decodes a copy of the weights: give it the new ones
             refresh()
         t_refresh = time.perf_counter() - t2
         self.step = step
@@ -221,7 +223,7 @@ class LocalGRPOTrainer:
             "mode_mix": {m: round(c / n_search, 4) for m, c in modes.items()} if n_search else {},
             "response_tokens": float(np.mean([s.policy_tokens for s in seqs])),
             **stats,
-            "rollout_s": round(t_roll, 2), "update_s": round(t_update, 2), "refresh_s": round(t_refresh, 2),
+            "groups_kept": len(kept), "rollout_s": round(t_roll, 2), "update_s": round(t_update, 2), "refresh_s": round(t_refresh, 2),
         }
         with open(self.out / METRICS, "a", encoding="utf-8") as f:
             f.write(json.dumps(metrics) + "\n")
@@ -279,12 +281,14 @@ class LocalGRPOTrainer:
                         float((whole - split).abs().max()))
         return ok
 
-    def update(self, seqs: list[TokenSequence], adv: list[float], groups: list[int]) -> dict[str, float]:
+    def update(self, seqs: list[TokenSequence], adv: list[float], groups: list[int],
+               kept_groups: set[int] | None = None) -> dict[str, float]:
         cfg = self.cfg
         pad = self.tokenizer.pad_token_id
-        keep = [i for i, s in enumerate(seqs) if s.policy_tokens > 0 and len(s.ids) > 1]
+        keep = [i for i, s in enumerate(seqs) if s.policy_tokens > 0 and len(s.ids) > 1
+                and (kept_groups is None or groups[i] in kept_groups)]
         if not keep:
-            return {"loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "grad_norm": 0.0, "policy_tokens": 0}
+            return {"loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "grad_norm": 0.0, "policy_tokens": 0, "updates": 0}
         q_of = {i: groups[i] for i in keep}
         questions = sorted(set(q_of.values()))
         per_update = cfg.mini_batch_size or len(questions)
