@@ -27,7 +27,7 @@ import torch
 from routerag.config import GeneratorConfig, Settings, TrainConfig
 from routerag.datasets import QAItem
 from routerag.policy import LoopConfig, PolicyLoop, Trajectory
-from routerag.policy.backends import in_process_generator, reader_model
+from routerag.policy.backends import reader_model, rollout_generator
 from routerag.policy.card import PolicyCard, card_for, training_policy
 from routerag.policy.search import LocalSearch
 from routerag.retrieval import Retriever
@@ -96,8 +96,9 @@ class LocalGRPOTrainer:
         exclusive = threading.Lock() if self.cfg.isolate_retrieval else None
         # rollouts decode on the fast engine where it runs (its copy of the weights is refreshed after every
         # optimiser step); the log-probabilities of the update are the torch model's own, as verl's actor computes
-        self.generator = in_process_generator(gen_cfg, model=self.model, tokenizer=self.tokenizer,
-                                              exclusive=exclusive, export_dir=self.out / "engine")
+        self.generator = rollout_generator(self.cfg.rollout_engine, gen_cfg, model=self.model,
+                                           tokenizer=self.tokenizer, exclusive=exclusive,
+                                           export_dir=self.out / "engine")
         self.retriever = retriever or Retriever(index, settings.retrieval)
         # the loop of the policy being trained: [train]'s settings, else [policy]'s, else the warm start's card; the
         # reader the policy will be served with reads in the rollouts too, so the reward sees what a user gets
