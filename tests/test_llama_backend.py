@@ -184,11 +184,14 @@ def test_refresh_after_an_adapter_change(llama_gen) -> None:
         llama_gen.refresh()
 
 
-def test_rollout_engine_setting_falls_back_with_one_line(caplog, monkeypatch) -> None:
-    """``auto`` without llama.cpp able to take the model says why once and decodes with the in-process policy;
-    ``llama`` refuses instead."""
+def test_rollout_engine_setting_falls_back_with_one_line(llama_gen, caplog) -> None:
+    """The embedded router is taken; ``auto`` with a model llama.cpp cannot take says why once and decodes with the
+    in-process policy; ``llama`` refuses instead."""
     from routerag.policy.backends import rollout_generator
+    from routerag.policy.backends.llama_backend import llama_unavailable_reason
     from training.models import tiny_random_model
+
+    assert llama_unavailable_reason(llama_gen.model) is None
 
     model, tok = tiny_random_model(0)
     with caplog.at_level(logging.WARNING):

@@ -66,8 +66,8 @@ def llama_unavailable_reason(model: Any) -> str | None:
     config = model.config
     if getattr(config, "model_type", None) != "llama":
         return f"the GGUF writer knows llama models, not {getattr(config, 'model_type', None)!r}"
-    rope = getattr(config, "rope_parameters", None) or {}
-    if rope.get("rope_type", "default") != "default" or getattr(config, "rope_scaling", None):
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
         return "the model scales its rotary embeddings, which the GGUF writer does not write"
     n = sum(p.numel() for p in model.parameters())
     if n < MIN_ENGINE_PARAMETERS:
@@ -155,6 +155,7 @@ def _write_atomic(path: Path, fill: Any) -> Path:
     """Write a GGUF beside ``path`` under a temporary name, then rename it (a crash leaves no half file)."""
     import gguf
 
+    logging.getLogger("gguf").setLevel(logging.WARNING)  # its writer logs every file it writes at INFO
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:
@@ -364,8 +365,8 @@ class LlamaContext:
         self.adapter_on = on
 
     def forget(self) -> None:
-        """Drop every kept sequence."""
-        self.L.llama_memory_clear(self.mem, True)
+        """Drop every kept sequence (the cells are marked free, not zeroed: 3 GB of memset otherwise)."""
+        self.L.llama_memory_clear(self.mem, False)
         for s in self.slots:
             s.tokens = []
 
