@@ -190,8 +190,15 @@ class LocalGRPOTrainer:
     def train_step(self, step: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         items = self._batch_items(step)
+        engine = getattr(self.generator, "engine", None)  # llama.cpp: how many prompt tokens its kept sequences saved
+        asked, read = getattr(engine, "prompt_tokens", 0), getattr(engine, "read_tokens", 0)
         trajs = self.rollouts(items)
         t_roll = time.perf_counter() - t0
+        if engine is not None and hasattr(engine, "read_tokens"):
+            read_stats = {"prompt_tokens": engine.prompt_tokens - asked,
+                          "prompt_tokens_read": engine.read_tokens - read}
+        else:
+            read_stats = {}
         groups = [i for i in range(len(items)) for _ in range(self.cfg.group_size)]
         rollouts, rewards = self.rewards.score(step, [items[g] for g in groups], trajs)
         totals = torch.tensor([r.total for r in rewards], dtype=torch.float32)
@@ -223,6 +230,7 @@ class LocalGRPOTrainer:
             "response_tokens": float(np.mean([s.policy_tokens for s in seqs])),
             **stats,
             "rollout_s": round(t_roll, 2), "update_s": round(t_update, 2), "refresh_s": round(t_refresh, 2),
+            **read_stats,
         }
         with open(self.out / METRICS, "a", encoding="utf-8") as f:
             f.write(json.dumps(metrics) + "\n")

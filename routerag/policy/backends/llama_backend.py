@@ -313,6 +313,9 @@ class LlamaContext:
         self.adapter_on = False
         self.slots = [Slot(i) for i in range(sequences)]
         self.clock = 0
+        self.prompt_tokens = self.read_tokens = 0
+        """Prompt tokens asked for and the tokens actually read (the rest were kept or copied): what keeping the
+        sequences saves, recorded in the trainer's metrics."""
 
     def close(self) -> None:
         L = self.L
@@ -412,6 +415,8 @@ class LlamaContext:
                 p.slot.tokens = list(prompts[p.row][: p.start])
                 p.slot.adapter, p.slot.used = self.adapter_on, self.clock
             items = [(p.slot, prompts[p.row][p.start:], p.row) for p in level]
+            self.prompt_tokens += sum(len(prompts[p.row]) for p in level)
+            self.read_tokens += sum(len(toks) for _, toks, _ in items)
             for row, out in self.append(items).items():
                 logits[row] = out
         return [p.slot for p in plans], logits
