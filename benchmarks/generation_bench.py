@@ -1,5 +1,6 @@
 """Generation speed of the embedded policy: eager transformers against the ONNX Runtime GenAI engine at each
-precision, side by side in one process, on the same prompts; and ``/ask``'s p50 with each.
+precision (and llama.cpp with ``--llama``), side by side in one process, on the same prompts; and ``/ask``'s p50
+with each.
 
 Why: every user-facing and training path waits on generation (issue 35). Eager ``generate`` spends most of a token
 on per-operation overhead; a decoder step need only read the weights once, so the floor is the weights' bytes over
@@ -51,6 +52,8 @@ def timed(gen: Any, prompts: list[tuple[str, list[int]]], new_tokens: int) -> tu
     from routerag.policy.types import GenerationRequest
 
     reqs = [GenerationRequest(t, ids, new_tokens, (), temperature=0.0) for t, ids in prompts]
+    if hasattr(getattr(gen, "engine", None), "forget"):  # llama.cpp: no kept sequence from an earlier timing
+        gen.engine.forget()
     t0 = time.perf_counter()
     out = gen.generate_batch(reqs)
     dt = time.perf_counter() - t0
@@ -116,6 +119,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--singles", type=int, default=4, help="prompts timed alone (batch 1)")
     ap.add_argument("--precisions", default="float32,int4")
+    ap.add_argument("--llama", action="store_true", help="also time llama.cpp (float32 GGUF, runtime LoRA)")
     ap.add_argument("--ask", metavar="INDEX", help="also time Engine.ask on this index (e.g. indexes/sample)")
     ap.add_argument("--ask-questions", type=int, default=5)
     ap.add_argument("--json", help="also write the results here")
@@ -132,6 +136,10 @@ def main() -> None:
     for p in args.precisions.split(","):
         engines[f"onnx-{p}"] = OnnxGenerator(GeneratorConfig(engine="onnx", precision=p), model=eager.model,
                                              tokenizer=eager.tokenizer)
+    if args.llama:
+        from routerag.policy.backends.llama_backend import LlamaGenerator
+
+        engines["llama-float32"] = LlamaGenerator(GeneratorConfig(), model=eager.model, tokenizer=eager.tokenizer)
     prompts = policy_prompts(eager, args.prompts)
     gbs = bandwidth_gbs()
     params = sum(p.numel() for n, p in eager.model.named_parameters() if "lora_" not in n)

@@ -444,6 +444,12 @@ class TrainConfig(LoopSettings):
     lr: float = Field(1e-6, gt=0)
     clip: float = Field(0.2, gt=0)
     kl_coef: float = Field(0.001, ge=0)
+    rollout_engine: Literal["auto", "llama", "onnx", "eager"] = "auto"
+    """What the local trainer's rollouts decode with. ``llama``: llama.cpp (the ``[llama]`` extra), which keeps each
+    rollout's KV cache across its turns and reads a group's shared prompt once; ``onnx``: ONNX Runtime GenAI, which
+    re-reads each turn's whole prompt; ``eager``: transformers, the reference. ``auto``: llama.cpp where it is
+    installed and can take the model (a LoRA model on a CPU), else ``[policy.generator] engine``'s choice, saying
+    why in one log line. Log-probabilities for the update are the torch model's own whatever decodes."""
     update_passes: Literal["split", "whole"] = "split"
     """How the local trainer's update computes log-probabilities: ``split`` runs the frozen layers below a top-layers
     LoRA adapter once per micro-batch for the policy and its reference and projects only the loss positions onto

@@ -27,7 +27,7 @@ import torch
 from routerag.config import GeneratorConfig, Settings, TrainConfig
 from routerag.datasets import QAItem
 from routerag.policy import LoopConfig, PolicyLoop, Trajectory
-from routerag.policy.backends import in_process_generator, reader_model
+from routerag.policy.backends import reader_model, rollout_generator
 from routerag.policy.card import PolicyCard, card_for, training_policy
 from routerag.policy.search import LocalSearch
 from routerag.retrieval import Retriever
@@ -97,8 +97,9 @@ class LocalGRPOTrainer:
         exclusive = threading.Lock() if self.cfg.isolate_retrieval else None
         # rollouts decode on the fast engine where it runs (its copy of the weights is refreshed after every
         # optimiser step); the log-probabilities of the update are the torch model's own, as verl's actor computes
-        self.generator = in_process_generator(gen_cfg, model=self.model, tokenizer=self.tokenizer,
-                                              exclusive=exclusive, export_dir=self.out / "engine")
+        self.generator = rollout_generator(self.cfg.rollout_engine, gen_cfg, model=self.model,
+                                           tokenizer=self.tokenizer, exclusive=exclusive,
+                                           export_dir=self.out / "engine")
         self.retriever = retriever or Retriever(index, settings.retrieval)
         # the loop of the policy being trained: [train]'s settings, else [policy]'s, else the warm start's card; the
         # reader the policy will be served with reads in the rollouts too, so the reward sees what a user gets
@@ -187,11 +188,22 @@ class LocalGRPOTrainer:
         self.model.eval()
         return asyncio.run(go())
 
+    def _prompt_reads(self) -> tuple[int, int] | None:
+        """llama.cpp's counters (prompt tokens asked for, and read): how many its kept sequences saved."""
+        engine = getattr(self.generator, "engine", None)
+        if engine is None or not hasattr(engine, "read_tokens"):
+            return None
+        return engine.prompt_tokens, engine.read_tokens
+
     def train_step(self, step: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         items = self._batch_items(step)
+        before = self._prompt_reads()
         trajs = self.rollouts(items)
         t_roll = time.perf_counter() - t0
+        after = self._prompt_reads()
+        read_stats = ({"prompt_tokens": after[0] - before[0], "prompt_tokens_read": after[1] - before[1]}
+                      if after is not None and before is not None else {})
         groups = [i for i in range(len(items)) for _ in range(self.cfg.group_size)]
         rollouts, rewards = self.rewards.score(step, [items[g] for g in groups], trajs)
         totals = torch.tensor([r.total for r in rewards], dtype=torch.float32)
@@ -223,7 +235,8 @@ class LocalGRPOTrainer:
             "mode_mix": {m: round(c / n_search, 4) for m, c in modes.items()} if n_search else {},
             "response_tokens": float(np.mean([s.policy_tokens for s in seqs])),
             **stats,
-            "groups_kept": len(kept), "rollout_s": round(t_roll, 2), "update_s": round(t_update, 2), "refresh_s": round(t_refresh, 2),
+            "groups_kept": len(kept), "rollout_s": round(t_roll, 2), "update_s": round(t_update, 2),
+            "refresh_s": round(t_refresh, 2), **read_stats,
         }
         with open(self.out / METRICS, "a", encoding="utf-8") as f:
             f.write(json.dumps(metrics) + "\n")

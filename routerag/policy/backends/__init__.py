@@ -69,3 +69,28 @@ def in_process_generator(cfg: GeneratorConfig, *, model: Any = None, tokenizer: 
     if cfg.engine != "transformers":
         log.warning("the policy decodes with eager transformers: %s", why)
     return TransformersGenerator(cfg, model=model, tokenizer=tokenizer, exclusive=exclusive)
+
+
+def rollout_generator(engine: str, cfg: GeneratorConfig, *, model: Any, tokenizer: Any,
+                      exclusive: threading.Lock | None = None, export_dir: Path | None = None) -> Any:
+    """A trainer's rollout generator (``train.rollout_engine``): llama.cpp where it is asked for or, for ``auto``,
+    installed and able to take the model; otherwise the in-process policy (ONNX Runtime GenAI or eager, as
+    ``cfg.engine`` says), with one log line saying why llama.cpp is not used."""
+    if engine in ("auto", "llama"):
+        from .llama_backend import LlamaGenerator, llama_unavailable_reason
+
+        why = llama_unavailable_reason(model)
+        if why is None:
+            try:
+                return LlamaGenerator(cfg, model=model, tokenizer=tokenizer, exclusive=exclusive,
+                                      export_dir=export_dir)
+            except Exception as e:  # a model the GGUF writer gets wrong, a full disk, ...
+                if engine == "llama":
+                    raise
+                why = f"its conversion failed: {e}"
+        if engine == "llama":
+            raise RuntimeError(f"train.rollout_engine = llama cannot run: {why}")
+        log.warning("rollouts decode without llama.cpp: %s", why)
+    else:
+        cfg = cfg.model_copy(update={"engine": "onnx" if engine == "onnx" else "transformers"})
+    return in_process_generator(cfg, model=model, tokenizer=tokenizer, exclusive=exclusive, export_dir=export_dir)

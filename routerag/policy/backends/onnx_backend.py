@@ -330,7 +330,52 @@ class OneSequence:
         self.tokens.extend(tokens)
 
 
-class OnnxGenerator(TransformersGenerator):
+class NumpySampling:
+    """Choosing each next token from an engine's full logits in numpy, as eager ``generate`` does: greedy or
+    temperature/top-p sampling, log-probabilities, stop strings and per-sequence limits. Shared by the engines that
+    hand back logits (ONNX Runtime GenAI, llama.cpp) so their rollouts follow one set of rules."""
+
+    def _eos_ids(self) -> set[int]:
+        tok = self.tokenizer
+        cfg_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        return {tok.eos_token_id} | set(cfg_eos if isinstance(cfg_eos, (list, tuple)) else [cfg_eos]) - {None}
+
+    def _rng(self) -> np.random.Generator:
+        """Sampling randomness drawn from torch's generator, so ``torch.manual_seed`` fixes a run's rollouts here as
+        it does in eager ``generate``."""
+        import torch
+
+        return np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
+
+    def _choose(self, logits: np.ndarray, temp: float, rng: np.random.Generator,
+                want_logprobs: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """The next token of every row (greedy at temperature 0, else sampled at ``temp`` within top-p) and, when
+        asked, its log-probability under the distribution it was drawn from."""
+        if temp <= 0:
+            chosen = logits.argmax(-1)
+            if not want_logprobs:
+                return chosen, None
+            return chosen, _log_softmax(logits)[np.arange(len(chosen)), chosen]
+        logp = _log_softmax(logits.astype(np.float64) / temp)
+        if self.cfg.top_p < 1:
+            logp = _top_p(logp, self.cfg.top_p)
+        probs = np.exp(logp)
+        probs /= probs.sum(-1, keepdims=True)
+        cdf = probs.cumsum(-1)
+        u = rng.random((len(probs), 1)) * cdf[:, -1:]
+        chosen = np.minimum((cdf < u).sum(-1), probs.shape[1] - 1)
+        return chosen, (logp[np.arange(len(chosen)), chosen] if want_logprobs else None)
+
+    def _row_done(self, ids: list[int], limit: int, stop: tuple[str, ...], eos: set[int]) -> bool:
+        if len(ids) >= limit or ids[-1] in eos:
+            return True
+        if not stop:
+            return False
+        tail = self.tokenizer.decode(ids[-STOP_TAIL_TOKENS:], skip_special_tokens=True)
+        return any(s in tail for s in stop)
+
+
+class OnnxGenerator(NumpySampling, TransformersGenerator):
     """The transformers backend with its decoding done by ONNX Runtime GenAI (``policy.generator.engine``)."""
 
     def __init__(self, cfg: GeneratorConfig | None = None, *, model: Any = None, tokenizer: Any = None,
@@ -446,11 +491,6 @@ class OnnxGenerator(TransformersGenerator):
         eos = self._eos_ids()
         return [self._finish(i, lp, r, stop, eos, len(p)) for i, lp, r, p in zip(ids, logps, reqs, prompts)]
 
-    def _eos_ids(self) -> set[int]:
-        tok = self.tokenizer
-        cfg_eos = getattr(self.model.generation_config, "eos_token_id", None)
-        return {tok.eos_token_id} | set(cfg_eos if isinstance(cfg_eos, (list, tuple)) else [cfg_eos]) - {None}
-
     def _decode(self, engine: OnnxModel, prompts: list[list[int]], reqs: list[GenerationRequest],
                 stop: tuple[str, ...], temp: float) -> tuple[list[list[int]], list[list[float] | None]]:
         """Decode a padded batch until every row has met its end of sequence, a stop string or its limit."""
@@ -560,40 +600,6 @@ class OnnxGenerator(TransformersGenerator):
         session.rewind(held + 1 + kept)
         session.drafted += kept
         return rows[kept : kept + 1], finished
-
-    def _rng(self) -> np.random.Generator:
-        """Sampling randomness drawn from torch's generator, so ``torch.manual_seed`` fixes a run's rollouts here as
-        it does in eager ``generate``."""
-        import torch
-
-        return np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
-
-    def _choose(self, logits: np.ndarray, temp: float, rng: np.random.Generator,
-                want_logprobs: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """The next token of every row (greedy at temperature 0, else sampled at ``temp`` within top-p) and, when
-        asked, its log-probability under the distribution it was drawn from."""
-        if temp <= 0:
-            chosen = logits.argmax(-1)
-            if not want_logprobs:
-                return chosen, None
-            return chosen, _log_softmax(logits)[np.arange(len(chosen)), chosen]
-        logp = _log_softmax(logits.astype(np.float64) / temp)
-        if self.cfg.top_p < 1:
-            logp = _top_p(logp, self.cfg.top_p)
-        probs = np.exp(logp)
-        probs /= probs.sum(-1, keepdims=True)
-        cdf = probs.cumsum(-1)
-        u = rng.random((len(probs), 1)) * cdf[:, -1:]
-        chosen = np.minimum((cdf < u).sum(-1), probs.shape[1] - 1)
-        return chosen, (logp[np.arange(len(chosen)), chosen] if want_logprobs else None)
-
-    def _row_done(self, ids: list[int], limit: int, stop: tuple[str, ...], eos: set[int]) -> bool:
-        if len(ids) >= limit or ids[-1] in eos:
-            return True
-        if not stop:
-            return False
-        tail = self.tokenizer.decode(ids[-STOP_TAIL_TOKENS:], skip_special_tokens=True)
-        return any(s in tail for s in stop)
 
 
 class _BaseWeights:
