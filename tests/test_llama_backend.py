@@ -12,6 +12,8 @@ import pytest
 from routerag.config import GeneratorConfig
 from routerag.policy.types import GenerationRequest
 
+from .helpers.eager_decoding import eager_one_at_a_time
+
 pytest.importorskip("llama_cpp")
 
 STOP = ("</search>", "</answer>")
@@ -37,20 +39,6 @@ QUESTIONS = ["Who wrote the libretto of The Glass Lighthouse?", "What is the occ
              "In which city was the composer of The Glass Lighthouse born?"]
 
 
-def _eager(gen, reqs: list[GenerationRequest]) -> list:
-    """The same torch model decoding eagerly, one request at a time."""
-    from routerag.policy.backends.transformers_backend import TransformersGenerator
-
-    out = []
-    for r in reqs:
-        if r.adapter:
-            out += TransformersGenerator._generate_group(gen, [r], r.stop, 0.0)
-        else:
-            with gen.model.disable_adapter():
-                out += TransformersGenerator._generate_group(gen, [r], r.stop, 0.0)
-    return out
-
-
 @pytest.mark.parametrize("adapter", [True, False])
 def test_greedy_batch_equals_eager_with_stops_and_logprobs(llama_gen, adapter: bool) -> None:
     """Prompts of different lengths in one batch decode as each alone does eagerly: the same tokens and stop, and
@@ -58,7 +46,7 @@ def test_greedy_batch_equals_eager_with_stops_and_logprobs(llama_gen, adapter: b
     reqs = [GenerationRequest(t, ids, 40, STOP, temperature=0.0, adapter=adapter, logprobs=True)
             for t, ids in _prompts(llama_gen, QUESTIONS)]
     fast = llama_gen.generate_batch(reqs)
-    slow = _eager(llama_gen, reqs)
+    slow = eager_one_at_a_time(llama_gen, reqs)
     for f, s in zip(fast, slow):
         assert f.token_ids == s.token_ids and f.text == s.text and f.finish_reason == s.finish_reason
         assert max(abs(a - b) for a, b in zip(f.logprobs, s.logprobs)) < 2e-3
@@ -91,7 +79,7 @@ def test_kept_sequences_continue_as_a_fresh_read_does(llama_gen) -> None:
     engine.forget()
     fresh = llama_gen.generate_batch(second)
     assert [g.token_ids for g in kept] == [g.token_ids for g in fresh]
-    assert [g.token_ids for g in kept] == [g.token_ids for g in _eager(llama_gen, second)]
+    assert [g.token_ids for g in kept] == [g.token_ids for g in eager_one_at_a_time(llama_gen, second)]
 
 
 def test_a_shared_prefix_is_read_once_and_copied(llama_gen) -> None:
@@ -175,7 +163,7 @@ def test_refresh_after_an_adapter_change(llama_gen) -> None:
         after = llama_gen.generate_batch(reqs)
         assert [g.token_ids for g in stale] == [g.token_ids for g in before]  # not refreshed: the old adapter
         assert [g.token_ids for g in after] != [g.token_ids for g in before]
-        assert [g.token_ids for g in after] == [g.token_ids for g in _eager(llama_gen, reqs)]
+        assert [g.token_ids for g in after] == [g.token_ids for g in eager_one_at_a_time(llama_gen, reqs)]
     finally:
         with torch.no_grad():
             for n, p in llama_gen.model.named_parameters():

@@ -11,6 +11,8 @@ import pytest
 from routerag.config import GeneratorConfig
 from routerag.policy.types import GenerationRequest
 
+from .helpers.eager_decoding import eager_one_at_a_time
+
 pytest.importorskip("onnxruntime_genai")
 pytest.importorskip("onnx_ir")
 
@@ -32,20 +34,6 @@ def _prompts(gen, n: int) -> list[tuple[str, list[int]]]:
     return [gen.render_prompt(DEFAULT_INSTRUCTION.format(question=q)) for q in questions[:n]]
 
 
-def _eager(gen, reqs: list[GenerationRequest], adapter: bool) -> list:
-    """The same torch model decoding eagerly, one request at a time (no padding involved)."""
-    from routerag.policy.backends.transformers_backend import TransformersGenerator
-
-    out = []
-    for r in reqs:
-        if adapter:
-            out += TransformersGenerator._generate_group(gen, [r], r.stop, 0.0)
-        else:
-            with gen.model.disable_adapter():
-                out += TransformersGenerator._generate_group(gen, [r], r.stop, 0.0)
-    return out
-
-
 @pytest.mark.parametrize("adapter", [True, False])
 def test_greedy_batch_equals_eager_with_stops_and_logprobs(onnx_gen, adapter: bool) -> None:
     """A padded batch of prompts of different lengths decodes as each prompt alone does eagerly: the same tokens,
@@ -53,7 +41,7 @@ def test_greedy_batch_equals_eager_with_stops_and_logprobs(onnx_gen, adapter: bo
     reqs = [GenerationRequest(t, ids, 40, STOP, temperature=0.0, adapter=adapter, logprobs=True)
             for t, ids in _prompts(onnx_gen, 3)]
     fast = onnx_gen.generate_batch(reqs)
-    slow = _eager(onnx_gen, reqs, adapter)
+    slow = eager_one_at_a_time(onnx_gen, reqs)
     for f, s in zip(fast, slow):
         assert f.token_ids == s.token_ids and f.text == s.text and f.finish_reason == s.finish_reason
         assert len(f.logprobs) == len(f.token_ids)
@@ -85,7 +73,7 @@ def test_a_prompt_holding_the_pad_id_is_decoded_eagerly(onnx_gen) -> None:
     pad = onnx_gen._engines[True].pad_id
     req = GenerationRequest(t, ids[:-3] + [pad] + ids[-3:], 6, (), temperature=0.0)
     assert not onnx_gen.engine_can_take([req.prompt_ids], True)
-    assert onnx_gen.generate_batch([req])[0].token_ids == _eager(onnx_gen, [req], True)[0].token_ids
+    assert onnx_gen.generate_batch([req])[0].token_ids == eager_one_at_a_time(onnx_gen, [req])[0].token_ids
 
 
 def test_without_the_package_the_policy_decodes_eagerly_with_one_log_line(onnx_gen, monkeypatch, caplog) -> None:
@@ -143,7 +131,7 @@ def test_refresh_decodes_with_the_updated_weights(onnx_gen, tmp_path: Path) -> N
         gc.enable()
     reqs = [GenerationRequest(t, ids, 24, STOP, temperature=0.0) for t, ids in _prompts(gen, 2)]
     fast = [g.token_ids for g in gen.generate_batch(reqs)]
-    assert fast == [g.token_ids for g in _eager(gen, reqs, True)]
+    assert fast == [g.token_ids for g in eager_one_at_a_time(gen, reqs)]
     assert gen._engines[False] is base_engine and (tmp_path / "engine" / "router" / "genai_config.json").is_file()
     assert gen._patcher, "the refresh re-exported instead of patching"
     from routerag.policy.backends.onnx_backend import export_model, save_merged
@@ -172,7 +160,8 @@ def test_one_request_at_a_time_reuses_the_kept_sequence_and_decodes_as_eager(onn
         outs.append(onnx_gen.generate_batch([r])[0])
         if r is reqs[0]:
             assert ids_next[: len(held)] == held  # the second turn kept everything the first left in the cache
-    eager = _eager(onnx_gen, [GenerationRequest(t1, ids1, 30, STOP, temperature=0.0, logprobs=True)] + reqs, True)
+    first = GenerationRequest(t1, ids1, 30, STOP, temperature=0.0, logprobs=True)
+    eager = eager_one_at_a_time(onnx_gen, [first] + reqs)
     for f, s in zip(outs, eager):
         assert f.token_ids == s.token_ids and f.finish_reason == s.finish_reason
         assert max(abs(a - b) for a, b in zip(f.logprobs, s.logprobs)) < 2e-3
