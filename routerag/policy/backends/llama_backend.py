@@ -503,15 +503,13 @@ class LlamaGenerator(NumpySampling, TransformersGenerator):
         return self._tmp.name
 
     def _generate_group(self, reqs: list[GenerationRequest], stop: tuple[str, ...], temp: float) -> list[Generation]:
-        tok = self.tokenizer
-        prompts = [r.prompt_ids if r.prompt_ids is not None else tok.encode(r.prompt_text, add_special_tokens=False)
-                   for r in reqs]
+        prompts = [self.prompt_ids(r) for r in reqs]
         adapter = all(r.adapter for r in reqs) or not self.has_adapter
         out: list[Generation | None] = [None] * len(reqs)
         for part in self._parts(prompts, reqs):
             sub = [reqs[i] for i in part]
             if len(part) == 1 and len(prompts[part[0]]) + sub[0].max_tokens > self.engine.sequence_cells:
-                out[part[0]] = self._eager(sub, stop, temp, adapter)[0]
+                out[part[0]] = super()._generate_group(sub, stop, temp)[0]
                 continue
             try:
                 with self._lock:
@@ -520,7 +518,7 @@ class LlamaGenerator(NumpySampling, TransformersGenerator):
             except RuntimeError as e:  # a full cache, a refused batch: this part decodes eagerly
                 log.warning("llama.cpp could not decode %d rows (%s): eager decoding takes them", len(part), e)
                 self.engine.forget()
-                for j, g in zip(part, self._eager(sub, stop, temp, adapter)):
+                for j, g in zip(part, super()._generate_group(sub, stop, temp)):
                     out[j] = g
                 continue
             eos = self._eos_ids()
@@ -532,16 +530,10 @@ class LlamaGenerator(NumpySampling, TransformersGenerator):
         """The rows in groups of at most one per kept sequence; a row whose prompt and limit overflow a sequence's
         cells alone (eager decoding takes it: its error says what it says today)."""
         fits = [i for i, (p, r) in enumerate(zip(prompts, reqs)) if len(p) + r.max_tokens <= self.engine.sequence_cells]
-        big = [[i] for i in range(len(prompts)) if i not in set(fits)]
+        fit = set(fits)
+        big = [[i] for i in range(len(prompts)) if i not in fit]
         n = len(self.engine.slots)
         return [fits[k : k + n] for k in range(0, len(fits), n)] + big
-
-    def _eager(self, reqs: list[GenerationRequest], stop: tuple[str, ...], temp: float,
-               adapter: bool) -> list[Generation]:
-        if adapter:
-            return super()._generate_group(reqs, stop, temp)
-        with self.model.disable_adapter():
-            return super()._generate_group(reqs, stop, temp)
 
     def _decode(self, prompts: list[list[int]], reqs: list[GenerationRequest], stop: tuple[str, ...],
                 temp: float) -> tuple[list[list[int]], list[list[float] | None]]:

@@ -476,15 +476,10 @@ class OnnxGenerator(NumpySampling, TransformersGenerator):
         return engine is not None and not any(engine.pad_id in p for p in prompts)
 
     def _generate_group(self, reqs: list[GenerationRequest], stop: tuple[str, ...], temp: float) -> list[Generation]:
-        tok = self.tokenizer
-        prompts = [r.prompt_ids if r.prompt_ids is not None else tok.encode(r.prompt_text, add_special_tokens=False)
-                   for r in reqs]
+        prompts = [self.prompt_ids(r) for r in reqs]
         adapter = all(r.adapter for r in reqs) or not self.has_adapter
-        if not self.engine_can_take(prompts, adapter):  # a prompt holding the pad id: eager decodes it
-            if adapter:
-                return super()._generate_group(reqs, stop, temp)
-            with self.model.disable_adapter():
-                return super()._generate_group(reqs, stop, temp)
+        if not self.engine_can_take(prompts, adapter):  # a prompt holding the pad id: eager decodes it (generate_batch
+            return super()._generate_group(reqs, stop, temp)  # has already switched the adapter off where asked)
         with self._lock:
             engine = self._engines[adapter]
         ids, logps = self._decode(engine, prompts, reqs, stop, temp)

@@ -166,12 +166,17 @@ class TransformersGenerator:
                 out[i] = g
         return out  # type: ignore[return-value]
 
+    def prompt_ids(self, r: GenerationRequest) -> list[int]:
+        """The request's prompt as token ids: its own, or its text encoded without special tokens (the chat template
+        already wrote them)."""
+        return r.prompt_ids if r.prompt_ids is not None else self.tokenizer.encode(r.prompt_text,
+                                                                                   add_special_tokens=False)
+
     def check_request(self, r: GenerationRequest) -> str | None:
         """Why the model cannot generate for ``r`` (None if it can): an empty prompt, a token id outside the
         vocabulary (an index error inside the embedding, which would take the whole padded batch down), no room
         to generate, or a prompt that fills the model's context."""
-        ids = r.prompt_ids if r.prompt_ids is not None else self.tokenizer.encode(r.prompt_text,
-                                                                                  add_special_tokens=False)
+        ids = self.prompt_ids(r)
         if not ids:
             return "empty prompt"
         if r.max_tokens < 1:
@@ -220,8 +225,7 @@ class TransformersGenerator:
         import torch
 
         tok = self.tokenizer
-        prompts = [r.prompt_ids if r.prompt_ids is not None else tok.encode(r.prompt_text, add_special_tokens=False)
-                   for r in reqs]
+        prompts = [self.prompt_ids(r) for r in reqs]
         width = max(len(p) for p in prompts)
         pad = tok.pad_token_id
         device = next(self.model.parameters()).device
