@@ -253,11 +253,12 @@ class GeneratorConfig(StrictModel):
     max_batch: int = Field(16, ge=1)
     """transformers backend: concurrent requests generated together in one padded batch."""
     engine: Literal["auto", "onnx", "transformers"] = "auto"
-    """transformers backend: what decodes. ``onnx`` runs the model through ONNX Runtime GenAI (exported once from the
-    local weights, the adapter merged, into the cache directory; several times eager's tokens/s on a CPU, see
-    docs/benchmarks.md), ``transformers`` eager ``generate``, ``auto`` ONNX where onnxruntime-genai is installed, the
-    model is local and no GPU is used, eager otherwise (logged once). The torch model stays loaded either way: the
-    trainers update it, and requests the engine cannot take go to it."""
+    """transformers backend: what decodes. ``onnx`` runs the model through ONNX Runtime (exported once by ONNX Runtime
+    GenAI's builder from the local weights, the adapter merged, into the cache directory; one request at a time on a
+    kept GenAI sequence, a batch in a plain session that reads the prompts' shared prefixes once; several times
+    eager's tokens/s on a CPU, see docs/benchmarks.md), ``transformers`` eager ``generate``, ``auto`` ONNX where
+    onnxruntime-genai is installed, the model is local and no GPU is used, eager otherwise (logged once). The torch
+    model stays loaded either way: the trainers update it and compute the update's log-probabilities with it."""
     precision: Literal["float32", "int4"] = "float32"
     """``engine = onnx``: the router's precision. ``float32`` greedy text equals eager's on nearly every prompt;
     ``int4`` (blocks of 32, int8 activations) decodes about 3x faster but routes worse (it searched 0.42 times a
@@ -446,8 +447,8 @@ class TrainConfig(LoopSettings):
     kl_coef: float = Field(0.001, ge=0)
     rollout_engine: Literal["auto", "llama", "onnx", "eager"] = "auto"
     """What the local trainer's rollouts decode with. ``llama``: llama.cpp (the ``[llama]`` extra), which keeps each
-    rollout's KV cache across its turns and reads a group's shared prompt once; ``onnx``: ONNX Runtime GenAI, which
-    re-reads each turn's whole prompt; ``eager``: transformers, the reference. ``auto``: llama.cpp where it is
+    rollout's KV cache across its turns and reads a group's shared prompt once; ``onnx``: ONNX Runtime, which reads a
+    batch's distinct prompts once each, from their shared prefixes, but keeps no cache between turns; ``eager``: transformers, the reference. ``auto``: llama.cpp where it is
     installed and can take the model (a LoRA model on a CPU), else ``[policy.generator] engine``'s choice, saying
     why in one log line. Log-probabilities for the update are the torch model's own whatever decodes."""
     update_passes: Literal["split", "whole"] = "split"

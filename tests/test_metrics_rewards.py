@@ -162,6 +162,9 @@ def test_outcome_presets_credit_found_evidence_and_price_searches_by_the_table()
         [0.5, 0.5, 1, 0], [20.0, 68.0, 34.0, 33.0], paid=[False, False, True, False]))
     assert [b.total for b in paid_right][:2] == [0.5, 0.5] and paid_right[2].total != 1.0
     assert paid_right[2].total == pytest.approx(stage2[2].total)
+    # a lower time_scale shrinks the term: the right answer's bonus moves toward 1 by the same factor
+    gentle = batch_rewards(rs, golds, RewardConfig.preset("outcome-stage2-em", {"time_scale": 0.1}), cost_table=table)
+    assert gentle[2].total - 1.0 == pytest.approx((paid_right[2].total - 1.0) / 5)
     with pytest.raises(ValueError, match="cost_table"):
         batch_rewards(rs, golds, RewardConfig.preset("outcome-stage2"))
     support = batch_rewards([rollout("x", 1, titles=[["A"]])], [["y"]], RewardConfig(retrieval="support"),

@@ -48,6 +48,24 @@ def test_greedy_batch_equals_eager_with_stops_and_logprobs(onnx_gen, adapter: bo
         assert max(abs(a - b) for a, b in zip(f.logprobs, s.logprobs)) < 2e-3
 
 
+def test_a_batch_reads_each_distinct_prompt_once_from_its_neighbours_cache(onnx_gen, monkeypatch) -> None:
+    """A GRPO group repeats its prompt and every policy prompt starts with the instruction: the plain session reads
+    a repeated prompt once and a prompt only from where it leaves its sorted neighbour, and decodes as eager does."""
+    from routerag.policy.backends.onnx_plain import common_prefix
+
+    prompts = _prompts(onnx_gen, 3)
+    reqs = [GenerationRequest(t, ids, 12, STOP, temperature=0.0) for t, ids in [prompts[0]] * 3 + prompts[1:]]
+    plain = onnx_gen._engines[True].plain
+    read: list[int] = []
+    original = plain.read
+    monkeypatch.setattr(plain, "read", lambda tokens, past, n: read.append(len(tokens)) or original(tokens, past, n))
+    fast = onnx_gen.generate_batch(reqs)
+    assert [f.token_ids for f in fast] == [s.token_ids for s in eager_one_at_a_time(onnx_gen, reqs)]
+    distinct = [ids for _, ids in prompts]
+    shared = min(common_prefix(distinct[0], p) for p in distinct[1:])
+    assert len(read) == 3 and sum(read) <= sum(len(p) for p in distinct) - 2 * shared
+
+
 def test_each_sequence_keeps_its_own_limit_and_the_reader_shares_the_batcher(onnx_gen) -> None:
     (t, ids), (t2, ids2) = _prompts(onnx_gen, 2)
     out = onnx_gen.generate_batch([GenerationRequest(t, ids, 3, (), temperature=0.0),
@@ -68,11 +86,11 @@ def test_sampling_follows_torch_seed(onnx_gen) -> None:
     assert a == b
 
 
-def test_a_prompt_holding_the_pad_id_is_decoded_eagerly(onnx_gen) -> None:
+def test_a_prompt_holding_the_pad_id_decodes_as_eager_on_the_plain_session(onnx_gen) -> None:
+    """GenAI infers padding from the pad id; such a prompt goes to the plain session, whose mask is explicit."""
     t, ids = _prompts(onnx_gen, 1)[0]
     pad = onnx_gen._engines[True].pad_id
     req = GenerationRequest(t, ids[:-3] + [pad] + ids[-3:], 6, (), temperature=0.0)
-    assert not onnx_gen.engine_can_take([req.prompt_ids], True)
     assert onnx_gen.generate_batch([req])[0].token_ids == eager_one_at_a_time(onnx_gen, [req])[0].token_ids
 
 

@@ -286,6 +286,9 @@ class RewardConfig(BaseModel):
     evidence was complete / budget; −1 for stopping without it). Needs the gold supporting titles (questions
     without them score 0) and the loop's budget."""
     time_percentile: float = Field(95.0, gt=0, le=100)
+    time_scale: float = Field(0.5, ge=0, le=1)
+    """The most RouteRAG's time term takes from a right answer (its ``sᵢ`` cap; RouteRAG: 0.5). Lower it where the
+    modes' costs differ a lot, so a cheaper mode cannot outweigh a right answer's spread in a group."""
     time_cost: Literal["measured", "table"] = "measured"
     """What the time-efficiency term charges: the measured retrieval time (RouteRAG) or each search's per-mode
     median from a cost table measured in isolation (pass ``cost_table`` to :func:`batch_rewards`)."""
@@ -370,7 +373,8 @@ def batch_rewards(
         cost = [r.retrieval_ms for r in rollouts]
     if cfg.efficiency == "routerag_time":
         paid = [a > 0 for a in answer_score] if cfg.efficiency_paid == "answer" else None
-        base = routerag_time_efficiency(correct, cost, percentile=cfg.time_percentile, paid=paid)
+        base = routerag_time_efficiency(correct, cost, percentile=cfg.time_percentile, scale=cfg.time_scale,
+                                        paid=paid)
     elif cfg.efficiency == "retrieval_count":
         base = [retrieval_count_reward(c > 0, r.searches, cfg.stage, beta=cfg.beta) for c, r in zip(correct, rollouts)]
     else:

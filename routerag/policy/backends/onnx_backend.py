@@ -7,10 +7,11 @@ whole decoder as one graph with a KV cache shared in place. The model is exporte
 from a transformers folder (the LoRA adapter merged into the weights), into the cache directory, atomically.
 
 The torch model stays loaded: it checks requests, serves those the engine cannot take, and is what the trainers
-update; :meth:`OnnxGenerator.refresh` re-exports it after an optimiser step. Decoding is driven from here one token
-at a time (``append_tokens``/``get_logits``): greedy or temperature/top-p sampling, per-sequence stop strings and
-token limits, and log-probabilities, all from the full logits of each step, so a logits processor or a constraint
-can be applied in :meth:`OnnxGenerator._choose`.
+update; :meth:`OnnxGenerator.refresh` re-exports it after an optimiser step. One request at a time decodes on a kept
+GenAI sequence (:class:`OneSequence`); a batch decodes on the same export in a plain ONNX Runtime session that reads
+the prompts' shared prefixes once (:mod:`.onnx_plain`). Decoding is driven from here one token at a time: greedy or
+temperature/top-p sampling, per-sequence stop strings and token limits, and log-probabilities, all from the full
+logits of each step, so a logits processor or a constraint can be applied in :meth:`OnnxGenerator._choose`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 
 from ...config import GeneratorConfig
 from ..types import Generation, GenerationRequest
+from .onnx_plain import PlainDecoder, common_prefix
 from .transformers_backend import TransformersGenerator
 
 log = logging.getLogger(__name__)
@@ -224,8 +226,8 @@ class OnnxModel:
 
         cfg = json.loads((folder / "genai_config.json").read_text())
         vocab = int(cfg["model"]["vocab_size"])
-        # padding is recognised by the pad id; the highest id is padding here, and a prompt that holds it is
-        # decoded by the torch model instead (OnnxGenerator.engine_can_take)
+        # GenAI recognises padding by the pad id; the highest id is padding here, and a prompt that holds it is
+        # decoded by the plain session (OnnxGenerator._decode), whose attention mask is given, not inferred
         self.pad_id = vocab - 1
         self.vocab = vocab
         self.context = int(cfg["model"].get("context_length") or 8192)
@@ -234,9 +236,21 @@ class OnnxModel:
                                              "decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
         self.model = og.Model(config)
         self.folder = folder
+        self.threads = threads
         # the kept sequence holds the ONNX model, not this object: no reference cycle, so an engine the trainer
         # replaces after an optimiser step (600 MB in float32) is freed at once, not at the next cyclic collection
         self.session = OneSequence(self.model, min(self.context, SESSION_TOKENS))
+        self._plain: PlainDecoder | None = None
+        self._plain_lock = threading.Lock()
+
+    @property
+    def plain(self) -> PlainDecoder:
+        """The same export in a plain ONNX Runtime session, for batches (:mod:`.onnx_plain`); loaded at the first
+        batch (0.4 s), so a server that only ever sees one request at a time holds the weights once."""
+        with self._plain_lock:
+            if self._plain is None:
+                self._plain = PlainDecoder(self.folder, self.threads)
+            return self._plain
 
 
 SESSION_TOKENS = 4096
@@ -264,13 +278,6 @@ def prompt_lookup(context: list[int], n: int, ngram: int = 3) -> list[int]:
             start = int(hits[-1]) + size
             return [int(t) for t in arr[start : start + n]]
     return []
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens ``a`` and ``b`` share."""
-    n = min(len(a), len(b))
-    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(diff[0]) if len(diff) else n
 
 
 class OneSequence:
@@ -471,74 +478,50 @@ class OnnxGenerator(NumpySampling, TransformersGenerator):
 
     # -- decoding ---------------------------------------------------------------------------------------------------
 
-    def engine_can_take(self, prompts: list[list[int]], adapter: bool) -> bool:
-        engine = self._engines.get(adapter)
-        return engine is not None and not any(engine.pad_id in p for p in prompts)
-
     def _generate_group(self, reqs: list[GenerationRequest], stop: tuple[str, ...], temp: float) -> list[Generation]:
         prompts = [self.prompt_ids(r) for r in reqs]
         adapter = all(r.adapter for r in reqs) or not self.has_adapter
-        if not self.engine_can_take(prompts, adapter):  # a prompt holding the pad id: eager decodes it (generate_batch
-            return super()._generate_group(reqs, stop, temp)  # has already switched the adapter off where asked)
         with self._lock:
-            engine = self._engines[adapter]
+            engine = self._engines.get(adapter)
+        if engine is None:  # not loaded: eager decodes (generate_batch has already switched the adapter off)
+            return super()._generate_group(reqs, stop, temp)
         ids, logps = self._decode(engine, prompts, reqs, stop, temp)
         eos = self._eos_ids()
         return [self._finish(i, lp, r, stop, eos, len(p)) for i, lp, r, p in zip(ids, logps, reqs, prompts)]
 
     def _decode(self, engine: OnnxModel, prompts: list[list[int]], reqs: list[GenerationRequest],
                 stop: tuple[str, ...], temp: float) -> tuple[list[list[int]], list[list[float] | None]]:
-        """Decode a padded batch until every row has met its end of sequence, a stop string or its limit."""
-        import onnxruntime_genai as og
-
-        if len(prompts) == 1 and engine.session.fits(prompts[0], reqs[0].max_tokens):
+        """Decode until every row has met its end of sequence, a stop string or its limit: one request on the kept
+        sequence, a batch on plain ONNX Runtime with its prompts' shared prefixes read once (:mod:`.onnx_plain`)."""
+        one = len(prompts) == 1 and engine.pad_id not in prompts[0]
+        if one and engine.session.fits(prompts[0], reqs[0].max_tokens):
             if engine.session.lock.acquire(blocking=False):
                 try:
                     ids, lp = self._decode_one(engine.session, prompts[0], reqs[0], stop, temp)
                     return [ids], [lp]
                 finally:
                     engine.session.lock.release()
-        b, width = len(prompts), max(len(p) for p in prompts)
-        batch = np.full((b, width), engine.pad_id, dtype=np.int32)
-        for row, p in enumerate(prompts):  # right padding: what the engine's attention expects of a prompt batch
-            batch[row, : len(p)] = p
         limits = [r.max_tokens for r in reqs]
-        params = og.GeneratorParams(engine.model)
-        max_length = min(width + max(limits), engine.context)
-        params.set_search_options(max_length=max_length, batch_size=b)
-        gen = og.Generator(engine.model, params)
-        gen.append_tokens(batch)
+        length = min(max(len(p) + n for p, n in zip(prompts, limits)), engine.context)
+        logits, cache = engine.plain.batch(prompts, length)
         want_logprobs = any(r.logprobs for r in reqs)
         rng = self._rng()
         eos = self._eos_ids()
-        out: list[list[int]] = [[] for _ in range(b)]
-        logps: list[list[float]] = [[] for _ in range(b)]
-        done = [False] * b
-        rows = np.arange(b)
-        # the engine appends only through its own search step: it is handed logits that leave one choice (one buffer
-        # for the whole decode, its previous choice reset each step: a fresh one was 3 MB per token at batch 16)
-        forced: np.ndarray | None = None
-        previous: np.ndarray | None = None
-        for length in range(width + 1, max_length + 1):
-            logits = gen.get_logits().reshape(b, -1)
+        out: list[list[int]] = [[] for _ in prompts]
+        logps: list[list[float]] = [[] for _ in prompts]
+        done = [False] * len(prompts)
+        while True:
             chosen, lp = self._choose(logits, temp, rng, want_logprobs)
-            for row in range(b):
+            for row in range(len(prompts)):
                 if done[row]:
                     continue
                 out[row].append(int(chosen[row]))
                 if lp is not None:
                     logps[row].append(float(lp[row]))
                 done[row] = self._row_done(out[row], limits[row], stop, eos)
-            if all(done) or length == max_length:  # the model's context is full: what is there is the answer
+            if all(done) or cache.full():  # the model's context is full: what is there is the answer
                 break
-            if forced is None:
-                forced = np.full((b, logits.shape[-1]), -np.inf, dtype=np.float32)
-            if previous is not None:
-                forced[rows, previous] = -np.inf
-            forced[rows, chosen] = 0.0
-            previous = chosen
-            gen.set_logits(forced)
-            gen.generate_next_token()
+            logits = cache.step(chosen)
         return out, [lp if want_logprobs else None for lp in logps]
 
     def _decode_one(self, session: OneSequence, prompt: list[int], req: GenerationRequest, stop: tuple[str, ...],
