@@ -371,7 +371,8 @@ def test_smoke_preset_trains_checkpoints_and_resumes(tmp_path: Path, monkeypatch
     assert res.exit_code == 0, res.output
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all(r["stage"] == 1 for r in rows)
-    for key in ("reward", "em", "searches", "retrieval_ms", "kl", "mode_mix", "reward_parts", "format_ok"):
+    for key in ("reward", "em", "searches", "retrieval_ms", "kl", "mode_mix", "by_first_mode", "reward_parts",
+                "format_ok"):
         assert key in rows[0]
     assert (out / "checkpoint-2" / "model").is_dir() and (out / "reward_curve.png").is_file()
     from routerag.policy.card import read_card

@@ -10,7 +10,7 @@ import copy
 import torch
 
 from routerag.config import LoraConfig, Settings
-from training.grpo import informative_groups
+from training.grpo import by_first_mode, informative_groups
 from training.local_trainer import LocalGRPOTrainer
 from training.models import add_lora, reference_policy, tiny_random_model
 from training.sequences import TokenSequence, micro_batches
@@ -127,3 +127,11 @@ def test_filtered_groups_are_left_out_of_the_update_and_uniform_steps_make_no_op
     stats = bare_trainer(model, tok, kl_coef=0.1, trunk=True).update(seqs, [0.0, 0.0], [1, 1], set())
     assert stats["updates"] == 0
     assert all(torch.equal(a, p) for a, p in zip(before, (p for p in model.parameters() if p.requires_grad)))
+
+
+def test_by_first_mode_gives_each_modes_mean_reward_and_advantage() -> None:
+    """Where the update pushes the routing: passage's rollouts here earn more than their groups' means."""
+    out = by_first_mode(["passage", "graph", None, "passage"], [1.0, 0.0, 0.5, 0.5], [0.8, -0.6, 0.0, 0.2])
+    assert out == {"graph": {"n": 1, "reward": 0.0, "advantage": -0.6},
+                   "none": {"n": 1, "reward": 0.5, "advantage": 0.0},
+                   "passage": {"n": 2, "reward": 0.75, "advantage": 0.5}}

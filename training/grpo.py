@@ -44,6 +44,18 @@ def informative_groups(rewards: torch.Tensor, groups: Sequence[int], *, tol: flo
     return {g for g, rs in by_group.items() if len(rs) == 1 or max(rs) - min(rs) > tol}
 
 
+def by_first_mode(first_modes: Sequence[str | None], rewards: Sequence[float],
+                  advantages: Sequence[float]) -> dict[str, dict[str, float]]:
+    """Rollouts, mean reward and mean advantage per first search's mode (``none``: no search). Why: the sign of a
+    mode's mean advantage is where the update pushes the routing, so a drift toward one mode shows here first."""
+    out: dict[str, dict[str, float]] = {}
+    for mode in sorted({m or "none" for m in first_modes}):
+        idx = [i for i, m in enumerate(first_modes) if (m or "none") == mode]
+        out[mode] = {"n": len(idx), "reward": round(sum(rewards[i] for i in idx) / len(idx), 4),
+                     "advantage": round(sum(advantages[i] for i in idx) / len(idx), 4)}
+    return out
+
+
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     mask = mask.to(values.dtype)
     return (values * mask).sum() / mask.sum().clamp(min=1.0)

@@ -35,6 +35,7 @@ from routerag.retrieval import Retriever
 from .checkpoints import resume_checkpoint, save_checkpoint
 from .costs import load_or_measure
 from .grpo import (
+    by_first_mode,
     first_loss_position,
     group_advantages,
     informative_groups,
@@ -233,6 +234,7 @@ class LocalGRPOTrainer:
             "searches": float(np.mean([r.searches for r in rollouts])),
             "retrieval_ms": float(np.mean([r.retrieval_ms for r in rollouts])),
             "mode_mix": {m: round(c / n_search, 4) for m, c in modes.items()} if n_search else {},
+            "by_first_mode": by_first_mode([r.modes[0] if r.modes else None for r in rollouts], totals.tolist(), adv),
             "response_tokens": float(np.mean([s.policy_tokens for s in seqs])),
             **stats,
             "groups_kept": len(kept), "rollout_s": round(t_roll, 2), "update_s": round(t_update, 2),
