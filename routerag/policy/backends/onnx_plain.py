@@ -15,6 +15,7 @@ different lengths need no padding inside the cache, and the prompts may hold any
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,36 +80,40 @@ class PlainDecoder:
                                 "attention_mask": np.ones((1, length + len(tokens)), dtype=np.int64)}
         feed.update(zip(self.layout.past_names(), past))
         logits, *cache = self.session.run(self._outputs, feed)
-        return logits[0, -1], cache
+        return logits[0, -1].copy(), cache  # not a view: it would hold every position's logits
 
-    def read_prompts(self, prompts: list[list[int]]) -> tuple[np.ndarray, list[list[np.ndarray]]]:
-        """Each prompt's last logits and cache, every distinct prompt read once from the cache of the previous one
-        (in sorted order) up to where they differ. At least a prompt's last token is read: its logits choose the
-        first new token."""
-        distinct = sorted({tuple(p) for p in prompts})
-        logits: dict[tuple[int, ...], np.ndarray] = {}
-        caches: dict[tuple[int, ...], list[np.ndarray]] = {}
+    def read_prompts(self, prompts: list[list[int]]) -> Iterator[tuple[tuple[int, ...], np.ndarray,
+                                                                        list[np.ndarray]]]:
+        """Each distinct prompt with its last logits and cache, read once from the cache of the previous one (in
+        sorted order) up to where they differ. At least a prompt's last token is read: its logits choose the first
+        new token. Only the previous prompt's cache is held."""
         previous: tuple[int, ...] = ()
         cache = self.empty_cache()
-        for prompt in distinct:
+        for prompt in sorted({tuple(p) for p in prompts}):
             keep = min(common_prefix(list(previous), list(prompt)), len(prompt) - 1)
             past = [np.ascontiguousarray(c[:, :, :keep]) for c in cache]
-            logits[prompt], cache = self.read(list(prompt[keep:]), past, keep)
-            caches[prompt], previous = cache, prompt
-        return np.stack([logits[tuple(p)] for p in prompts]), [caches[tuple(p)] for p in prompts]
+            logits, cache = self.read(list(prompt[keep:]), past, keep)
+            previous = prompt
+            yield prompt, logits, cache
 
     def batch(self, prompts: list[list[int]], length: int) -> tuple[np.ndarray, BatchCache]:
-        """The prompts read (:meth:`read_prompts`) and a cache for the batch that holds ``length`` tokens a row."""
-        logits, caches = self.read_prompts(prompts)
-        return logits, BatchCache(self, caches, [len(p) for p in prompts], length)
+        """The prompts read (:meth:`read_prompts`) into a cache for the batch that holds ``length`` tokens a row;
+        the first logits, one row each."""
+        batch = BatchCache(self, [len(p) for p in prompts], length)
+        first: list[np.ndarray] = [np.empty(0)] * len(prompts)
+        for prompt, last, cache in self.read_prompts(prompts):
+            rows = [i for i, p in enumerate(prompts) if tuple(p) == prompt]
+            batch.write(rows, cache)
+            for row in rows:
+                first[row] = last
+        return np.stack(first), batch
 
 
 class BatchCache:
     """One buffer per layer's keys and values for a whole batch, bound as both the decoder's past and its present,
     so each step writes one position per row in place instead of returning a copy of the cache."""
 
-    def __init__(self, decoder: PlainDecoder, caches: list[list[np.ndarray]], lengths: list[int],
-                 length: int) -> None:
+    def __init__(self, decoder: PlainDecoder, lengths: list[int], length: int) -> None:
         import onnxruntime as ort
 
         lay = decoder.layout
@@ -117,16 +122,18 @@ class BatchCache:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         shape = (len(lengths), lay.kv_heads, length, lay.head_size)
         self.buffers = [np.zeros(shape, decoder.dtype) for _ in range(2 * lay.layers)]
-        for row, cache in enumerate(caches):
-            n = lengths[row]
-            for buf, part in zip(self.buffers, cache):
-                buf[row, :, :n] = part[0]
         self.binding = decoder.session.io_binding()
         self._values = [ort.OrtValue.ortvalue_from_numpy(b) for b in self.buffers]
         for past, present, value in zip(lay.past_names(), lay.present_names(), self._values):
             self.binding.bind_ortvalue_input(past, value)
             self.binding.bind_ortvalue_output(present, value)
         self.binding.bind_output("logits")
+
+    def write(self, rows: list[int], cache: list[np.ndarray]) -> None:
+        """Copy one prompt's cache (batch 1) into ``rows``."""
+        n = cache[0].shape[2]
+        for buf, part in zip(self.buffers, cache):
+            buf[rows, :, :n] = part[0]
 
     def full(self) -> bool:
         return int(self.lengths.max()) >= self.capacity
