@@ -448,9 +448,10 @@ class TrainConfig(LoopSettings):
     rollout_engine: Literal["auto", "llama", "onnx", "eager"] = "auto"
     """What the local trainer's rollouts decode with. ``llama``: llama.cpp (the ``[llama]`` extra), which keeps each
     rollout's KV cache across its turns and reads a group's shared prompt once; ``onnx``: ONNX Runtime, which reads a
-    batch's distinct prompts once each, from their shared prefixes, but keeps no cache between turns; ``eager``: transformers, the reference. ``auto``: llama.cpp where it is
-    installed and can take the model (a LoRA model on a CPU), else ``[policy.generator] engine``'s choice, saying
-    why in one log line. Log-probabilities for the update are the torch model's own whatever decodes."""
+    batch's distinct prompts once each, from their shared prefixes, but keeps no cache between turns; ``eager``:
+    transformers, the reference. ``auto``: llama.cpp where it is installed and can take the model (a LoRA model on a
+    CPU), else ``[policy.generator] engine``'s choice, saying why in one log line. Log-probabilities for the update
+    are the torch model's own whatever decodes."""
     update_passes: Literal["split", "whole"] = "split"
     """How the local trainer's update computes log-probabilities: ``split`` runs the frozen layers below a top-layers
     LoRA adapter once per micro-batch for the policy and its reference and projects only the loss positions onto

@@ -36,7 +36,7 @@ def _prompts(gen, n: int) -> list[tuple[str, list[int]]]:
 
 @pytest.mark.parametrize("adapter", [True, False])
 def test_greedy_batch_equals_eager_with_stops_and_logprobs(onnx_gen, adapter: bool) -> None:
-    """A padded batch of prompts of different lengths decodes as each prompt alone does eagerly: the same tokens,
+    """A batch of prompts of different lengths decodes as each prompt alone does eagerly: the same tokens,
     the same stop, log-probabilities to within float32 noise; the router (adapter merged) and its base weights."""
     reqs = [GenerationRequest(t, ids, 40, STOP, temperature=0.0, adapter=adapter, logprobs=True)
             for t, ids in _prompts(onnx_gen, 3)]

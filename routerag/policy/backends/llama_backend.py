@@ -29,7 +29,8 @@ import numpy as np
 
 from ...config import GeneratorConfig
 from ..types import Generation, GenerationRequest
-from .onnx_backend import MIN_ENGINE_PARAMETERS, NumpySampling, common_prefix
+from .onnx_backend import MIN_ENGINE_PARAMETERS, NumpySampling
+from .onnx_plain import common_prefix
 from .transformers_backend import TransformersGenerator
 
 log = logging.getLogger(__name__)
@@ -548,16 +549,9 @@ class LlamaGenerator(NumpySampling, TransformersGenerator):
         live = list(range(len(prompts)))
         while live:
             chosen, lp = self._choose(logits, temp, rng, want)
-            still = []
-            for k, row in enumerate(live):
-                out[row].append(int(chosen[k]))
-                if lp is not None:
-                    logps[row].append(float(lp[k]))
-                if not self._row_done(out[row], reqs[row].max_tokens, stop, eos):
-                    still.append(row)
-            if not still:
+            live = self._record(live, chosen, lp, out, logps, reqs, stop, eos)
+            if not live:
                 break
-            got = self.engine.append([(slots[row], [out[row][-1]], row) for row in still])
-            logits = np.stack([got[row] for row in still])
-            live = still
+            got = self.engine.append([(slots[row], [out[row][-1]], row) for row in live])
+            logits = np.stack([got[row] for row in live])
         return out, [lp if want else None for lp in logps]

@@ -381,6 +381,20 @@ class NumpySampling:
         tail = self.tokenizer.decode(ids[-STOP_TAIL_TOKENS:], skip_special_tokens=True)
         return any(s in tail for s in stop)
 
+    def _record(self, rows: list[int], chosen: np.ndarray, lp: np.ndarray | None, out: list[list[int]],
+                logps: list[list[float]], reqs: list[GenerationRequest], stop: tuple[str, ...],
+                eos: set[int]) -> list[int]:
+        """Append each of ``rows``' chosen token (``chosen``/``lp`` are aligned with ``rows``) and its
+        log-probability; the rows that go on (no end of sequence, stop string or limit yet)."""
+        going = []
+        for k, row in enumerate(rows):
+            out[row].append(int(chosen[k]))
+            if lp is not None:
+                logps[row].append(float(lp[k]))
+            if not self._row_done(out[row], reqs[row].max_tokens, stop, eos):
+                going.append(row)
+        return going
+
 
 class OnnxGenerator(NumpySampling, TransformersGenerator):
     """The transformers backend with its decoding done by ONNX Runtime GenAI (``policy.generator.engine``)."""
@@ -482,9 +496,7 @@ class OnnxGenerator(NumpySampling, TransformersGenerator):
         prompts = [self.prompt_ids(r) for r in reqs]
         adapter = all(r.adapter for r in reqs) or not self.has_adapter
         with self._lock:
-            engine = self._engines.get(adapter)
-        if engine is None:  # not loaded: eager decodes (generate_batch has already switched the adapter off)
-            return super()._generate_group(reqs, stop, temp)
+            engine = self._engines[adapter]
         ids, logps = self._decode(engine, prompts, reqs, stop, temp)
         eos = self._eos_ids()
         return [self._finish(i, lp, r, stop, eos, len(p)) for i, lp, r, p in zip(ids, logps, reqs, prompts)]
@@ -501,25 +513,18 @@ class OnnxGenerator(NumpySampling, TransformersGenerator):
                     return [ids], [lp]
                 finally:
                     engine.session.lock.release()
-        limits = [r.max_tokens for r in reqs]
-        length = min(max(len(p) + n for p, n in zip(prompts, limits)), engine.context)
+        length = min(max(len(p) + r.max_tokens for p, r in zip(prompts, reqs)), engine.context)
         logits, cache = engine.plain.batch(prompts, length)
         want_logprobs = any(r.logprobs for r in reqs)
         rng = self._rng()
         eos = self._eos_ids()
         out: list[list[int]] = [[] for _ in prompts]
         logps: list[list[float]] = [[] for _ in prompts]
-        done = [False] * len(prompts)
-        while True:
+        live = list(range(len(prompts)))
+        while True:  # every row steps (the batch's cache is one buffer); only the live rows' tokens are kept
             chosen, lp = self._choose(logits, temp, rng, want_logprobs)
-            for row in range(len(prompts)):
-                if done[row]:
-                    continue
-                out[row].append(int(chosen[row]))
-                if lp is not None:
-                    logps[row].append(float(lp[row]))
-                done[row] = self._row_done(out[row], limits[row], stop, eos)
-            if all(done) or cache.full():  # the model's context is full: what is there is the answer
+            live = self._record(live, chosen[live], None if lp is None else lp[live], out, logps, reqs, stop, eos)
+            if not live or cache.full():  # the model's context is full: what is there is the answer
                 break
             logits = cache.step(chosen)
         return out, [lp if want_logprobs else None for lp in logps]

@@ -15,7 +15,7 @@ different lengths need no padding inside the cache, and the prompts may hold any
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens ``a`` and ``b`` share."""
     n = min(len(a), len(b))
     diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
@@ -64,8 +64,7 @@ class PlainDecoder:
         options.intra_op_num_threads = threads
         self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
         self.layout = Layout.read(folder)
-        past = self.session.get_inputs()
-        kinds = {i.name: i.type for i in past}
+        kinds = {i.name: i.type for i in self.session.get_inputs()}
         self.dtype = np.float16 if "float16" in kinds[self.layout.past_names()[0]] else np.float32
         self._outputs = ["logits", *self.layout.present_names()]
 
@@ -90,7 +89,7 @@ class PlainDecoder:
         previous: tuple[int, ...] = ()
         cache = self.empty_cache()
         for prompt in sorted({tuple(p) for p in prompts}):
-            keep = min(common_prefix(list(previous), list(prompt)), len(prompt) - 1)
+            keep = min(common_prefix(previous, prompt), len(prompt) - 1)
             past = [np.ascontiguousarray(c[:, :, :keep]) for c in cache]
             logits, cache = self.read(list(prompt[keep:]), past, keep)
             previous = prompt
@@ -127,7 +126,7 @@ class BatchCache:
         for past, present, value in zip(lay.past_names(), lay.present_names(), self._values):
             self.binding.bind_ortvalue_input(past, value)
             self.binding.bind_ortvalue_output(present, value)
-        self.binding.bind_output("logits")
+        self.binding.bind_output("logits")  # bound last: :meth:`step` reads it as the last output
 
     def write(self, rows: list[int], cache: list[np.ndarray]) -> None:
         """Copy one prompt's cache (batch 1) into ``rows``."""
