@@ -2,6 +2,7 @@
 
     python benchmarks/growth.py profile indexes/popqa                   # the real index's distributions
     python benchmarks/growth.py build 10000 100000 1000000             # one synthetic index per size
+    python benchmarks/growth.py build 1000000 --ann auto --no-f16      # with the scale profile's indexes
     python benchmarks/growth.py serve 10000 100000 1000000             # load each in a fresh process; latency
     python benchmarks/growth.py report                                 # fit, plot, table
     python benchmarks/growth.py compact 1000000                        # add the compact graph to an older build
@@ -84,14 +85,16 @@ def cmd_build(args: argparse.Namespace) -> None:
             continue
         if args.child:
             t = time.perf_counter()
-            info = write_synthetic(Path(args.work) / f"p{n}", n, prof, seed=n)
+            info = write_synthetic(Path(args.work) / f"p{n}", n, prof, seed=n, f16=not args.no_f16,
+                                   ann_write=args.ann)
             info["build_s"] = round(time.perf_counter() - t, 1)
             info["build_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
             res.write_text(json.dumps(info, indent=2) + "\n")
             print(f"build {n}: {json.dumps(info)}", flush=True)
         else:  # a fresh process per size, so each peak RSS is its own
             subprocess.run([sys.executable, __file__, "build", str(n), "--child", "--results", args.results,
-                            "--work", args.work], check=True)
+                            "--work", args.work, "--ann", args.ann, *(["--no-f16"] if args.no_f16 else [])],
+                           check=True)
 
 
 def cmd_compact(args: argparse.Namespace) -> None:
@@ -334,6 +337,10 @@ def main() -> None:
             p.add_argument("index")
         if name in ("build", "compact", "serve"):
             p.add_argument("sizes", nargs="+", type=int)
+        if name == "build":
+            p.add_argument("--ann", default="never", choices=("never", "auto", "always"),
+                           help="ann.write: the scale profile's approximate indexes, written as the build does")
+            p.add_argument("--no-f16", action="store_true", help="leave out the float16 fact copy (derived)")
         if name == "serve":
             p.add_argument("--queries", type=int, default=32)
             p.add_argument("--profiles", default="default",

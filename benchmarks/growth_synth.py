@@ -125,9 +125,16 @@ def add_compact(out: Path, n: int, prof: dict[str, Any], *, seed: int) -> None:
     csr.write_compact_graph(versions.resolve(Path(out)), _compact(n, sg, _edge_kinds(sg), names))
 
 
-def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0) -> dict[str, Any]:
-    """Write an index of ``n`` synthetic passages at ``out`` (published atomically); returns counts and timings."""
+def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0, f16: bool = True,
+                    ann_write: str = "never") -> dict[str, Any]:
+    """Write an index of ``n`` synthetic passages at ``out`` (published atomically); returns counts and timings.
+
+    ``f16=False`` leaves out the float16 fact copy (derived, optional: the exact profile makes it on first load; at
+    1M passages it is 6.8 GB the scale profile never reads). ``ann_write`` is ``ann.write`` for this index
+    (``auto``: from ``ann.from_passages``): the scale profile's approximate indexes, written as the build writes
+    them."""
     rng = np.random.default_rng(seed)
+    cfg = IndexConfig(ann={"write": ann_write})
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
 
@@ -199,19 +206,22 @@ def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0) -
         faiss.write_index(dense, str(d / DENSE))
         del dense
         _write_unit_rows(d / ENTITY_EMB, n_ent, rng)
-        _write_unit_rows(d / FACT_EMB, n_fact, rng, f16=d / FACT_EMB_F16)
+        _write_unit_rows(d / FACT_EMB, n_fact, rng, f16=d / FACT_EMB_F16 if f16 else None)
         lap("matrices")
         rows = {PASSAGES: n, OPENIE: n, ENTITIES: n_ent, FACTS: n_fact, SYNONYMS: n_syn_rows}
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         manifest: dict[str, Any] = {
             "format": store.FORMAT, "format_version": store.FORMAT_VERSION, "created": now, "updated": now,
             "embedder": {"identity": IDENTITY, "dim": DIM}, "extractor": {"identity": "synthetic"},
-            "dense_index": "IndexFlatIP", "config": IndexConfig().recorded(), "counts": counts,
+            "dense_index": "IndexFlatIP", "config": cfg.recorded(), "counts": counts,
             "synthetic": {"profile": prof["index"], "seed": seed},
             "files": {name: integrity.file_record(d / name, rows.get(name))
-                      for name in (*ALL_FILES[1:], FACT_EMB_F16, *CSR_FILES)},
+                      for name in (*ALL_FILES[1:], *([FACT_EMB_F16] if f16 else []), *CSR_FILES)},
         }
         lap("checksums")
+        store.write_ann_files(d, manifest, cfg.ann)
+        if cfg.ann.wanted(n):
+            lap("ann")
         store.write_manifest(d, manifest)
     disk = sum(f.stat().st_size for f in versions.resolve(out).iterdir())
     return {"passages": n, "counts": counts, "timings_s": timings, "disk_mb": round(disk / 2**20, 1)}

@@ -1,5 +1,7 @@
 """Approximate indexes for the scale profile: the passage and fact vectors in a FAISS HNSW graph with 8-bit scalar
-codes (``HNSW32,SQ8``), written beside the exact files (``passages.ann.faiss``, ``facts.ann.faiss``).
+codes (``HNSW32,SQ8``), or from ``ann.ivf_from_rows`` rows in an inverted file with the same codes (``IVF`` cells
+found through an HNSW graph of their centroids), written beside the exact files (``passages.ann.faiss``,
+``facts.ann.faiss``).
 
 Why HNSW: on the 7,594-passage PopQA index with its real questions, an IVF index with 8-bit codes (4·√N cells) found
 0.82 / 0.97 / 0.99 of the exact top 5 passages scanning 32 / 128 / 256 of its 348 cells, and 0.72 / 0.88 / 0.94 of
@@ -9,11 +11,18 @@ about the same time per query. The cost: HNSW is read into memory (FAISS does no
 (384 of codes, 256 of links); the 8-bit codes are a quarter of the float32 rows. The candidates a search returns are
 rescored exactly from the (mapped) float32 rows by :func:`search`, so every score used downstream is a true inner
 product.
+
+Why IVF for the largest tables: HNSW's insert is the slow part of a build (100k rows took 262 s on 2 busy cores,
+about 6 h for the 8.8M facts of a million passages), and FAISS reads HNSW into anonymous memory (5.6 GB there).
+An inverted file is trained on a sample and fills its cells at about 40 s per million rows on the same 2 cores,
+and FAISS maps its cells from the file, so it costs no anonymous memory. Its recall per unit of time is lower on
+real questions (above), which is why it is kept for sizes HNSW cannot reach.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -28,22 +37,42 @@ EF_CONSTRUCTION = 64
 """Candidates kept while inserting: FAISS's default is 40; more gives a better graph for a slower build."""
 ADD_CHUNK = 65_536
 """Rows added per step: a mapped matrix is read a chunk at a time, and progress is logged."""
+IVF_TRAIN_PER_CELL = 20
+"""Training rows per IVF cell (k-means, 10 iterations): FAISS asks for 39 and warns below; 20 trains the 8,192
+cells of 8.8M facts in about a minute on 2 cores, and the cells only route the search (codes are rescored)."""
 
 
-def build(vectors: np.ndarray, *, name: str = "rows") -> faiss.Index:
-    """An ``HNSW32,SQ8`` inner-product index over ``vectors`` (float32 rows, possibly mapped): the 8-bit codes'
-    ranges are trained on a sample, then rows are inserted a chunk at a time (FAISS uses every core)."""
+def build(vectors: np.ndarray, *, name: str = "rows", ivf_from_rows: int = 0) -> faiss.Index:
+    """The approximate inner-product index over ``vectors`` (float32 rows, possibly mapped): HNSW below
+    ``ivf_from_rows`` rows (0: always HNSW), an inverted file from there. The 8-bit codes' ranges (and the IVF
+    cells) are trained on a sample, then rows are inserted a chunk at a time (FAISS uses every core)."""
     n, dim = vectors.shape
     t = time.perf_counter()
-    index = faiss.index_factory(dim, f"HNSW{HNSW_M},SQ8", faiss.METRIC_INNER_PRODUCT)
-    faiss.downcast_index(index).hnsw.efConstruction = EF_CONSTRUCTION
-    sample = np.sort(np.random.default_rng(0).choice(n, min(n, 65_536), replace=False))
+    ivf = 0 < ivf_from_rows <= n
+    index = _empty_ivf(dim, n) if ivf else faiss.index_factory(dim, f"HNSW{HNSW_M},SQ8", faiss.METRIC_INNER_PRODUCT)
+    if not ivf:
+        faiss.downcast_index(index).hnsw.efConstruction = EF_CONSTRUCTION
+    want = faiss.extract_index_ivf(index).nlist * IVF_TRAIN_PER_CELL if ivf else 65_536
+    sample = np.sort(np.random.default_rng(0).choice(n, min(n, max(want, 65_536)), replace=False))
     index.train(np.ascontiguousarray(vectors[sample], dtype=np.float32))
     for lo in range(0, n, ADD_CHUNK):
         index.add(np.ascontiguousarray(vectors[lo:lo + ADD_CHUNK], dtype=np.float32))
         if n > 4 * ADD_CHUNK:
             log.info("ann %s: %d of %d rows added (%.0f s)", name, min(lo + ADD_CHUNK, n), n, time.perf_counter() - t)
-    log.info("ann %s: %d rows, %.1f s", name, n, time.perf_counter() - t)
+    log.info("ann %s: %d rows (%s), %.1f s", name, n, "IVF" if ivf else "HNSW", time.perf_counter() - t)
+    return index
+
+
+def _empty_ivf(dim: int, n: int) -> faiss.Index:
+    """An untrained ``IVF{nlist}_HNSW32,SQ8`` index: 4·√n cells rounded to a power of two (8,192 for 8.8M rows; at
+    most n),
+    the cells' centroids searched through their own HNSW graph so that inserting is not a scan of all centroids."""
+    nlist = 1 << min(max(4, round(math.log2(4 * math.sqrt(n)))), int(math.log2(max(n, 1))))  # k-means needs n ≥ nlist
+    index = faiss.index_factory(dim, f"IVF{nlist}_HNSW32,SQ8", faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.extract_index_ivf(index)
+    ivf.cp.niter = 10
+    ivf.cp.max_points_per_centroid = IVF_TRAIN_PER_CELL
+    ivf.cp.min_points_per_centroid = 1  # the sample is deliberately small: no warning for it
     return index
 
 
@@ -53,23 +82,29 @@ def write(index: faiss.Index, path: Path) -> None:
 
 
 def read(path: Path) -> faiss.Index:
-    """The index at ``path`` (read into memory: FAISS maps only flat and IVF indexes)."""
-    return faiss.read_index(str(path))
+    """The index at ``path``: an inverted file's cells mapped from the file, HNSW read into memory (FAISS cannot
+    map it)."""
+    with open(path, "rb") as f:
+        mapped = f.read(4).startswith(b"Iw")  # the IndexIVF family
+    return faiss.read_index(str(path), faiss.IO_FLAG_MMAP if mapped else 0)
 
 
-def params(ef_search: int) -> faiss.SearchParametersHNSW:
-    """Search parameters: ``ef_search`` candidates kept while walking the graph (the recall / latency knob)."""
+def params(index: faiss.Index, ef_search: int, nprobe: int) -> faiss.SearchParameters:
+    """Search parameters, the recall / latency knob of each kind: HNSW keeps ``ef_search`` candidates while walking
+    its graph; an inverted file scans its ``nprobe`` cells nearest the query."""
+    if isinstance(faiss.downcast_index(index), faiss.IndexIVF):
+        return faiss.SearchParametersIVF(nprobe=max(1, nprobe))
     return faiss.SearchParametersHNSW(efSearch=max(1, ef_search))
 
 
-def search(index: faiss.Index, rows: np.ndarray, q: np.ndarray, k: int, *, ef_search: int,
+def search(index: faiss.Index, rows: np.ndarray, q: np.ndarray, k: int, *, ef_search: int, nprobe: int = 64,
            width: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(scores, ids), b × k best first (ties by id, padded with id -1), of unit queries ``q``: ``width`` candidates
     (default ``max(4k, 32)``) from the approximate index, rescored exactly against ``rows`` (float32, the index's
     rows in order)."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     width = min(max(width or 4 * k, 32, k), index.ntotal)
-    _, cand = index.search(q, width, params=params(max(ef_search, width)))
+    _, cand = index.search(q, width, params=params(index, max(ef_search, width), nprobe))
     scores = np.full((q.shape[0], k), -np.finfo(np.float32).max, dtype=np.float32)
     ids = np.full((q.shape[0], k), -1, dtype=np.int64)
     for r in range(q.shape[0]):

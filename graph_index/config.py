@@ -222,14 +222,20 @@ SCALE_FROM_PASSAGES = 200_000
 
 
 class AnnConfig(StrictModel):
-    """The approximate passage and fact indexes of the scale profile (``graph_index/ann.py``: FAISS HNSW with 8-bit
-    codes, ``passages.ann.faiss`` and ``facts.ann.faiss``), written beside the exact files."""
+    """The approximate passage and fact indexes of the scale profile (``graph_index/ann.py``: FAISS HNSW or, for
+    the largest tables, an inverted file, with 8-bit codes; ``passages.ann.faiss`` and ``facts.ann.faiss``), written
+    beside the exact files."""
 
     write: Literal["auto", "always", "never"] = "auto"
     """``auto``: written when the index has at least ``from_passages`` passages; an index without them that is
     searched with the scale profile gets them on first load (in memory when its directory is read-only)."""
     from_passages: int = Field(SCALE_FROM_PASSAGES, ge=0)
     """The size from which ``write = auto`` writes them and ``retrieval.profile = auto`` uses the scale profile."""
+    ivf_from_rows: int = Field(1_000_000, ge=0)
+    """A table of at least this many rows gets an inverted file (``IVF…_HNSW32,SQ8``, its cells mapped from the
+    file, searched with ``retrieval.ann_nprobe``) instead of HNSW (read into memory, ``retrieval.ann_ef_search``):
+    HNSW's insert would take hours for the 8.8M facts of a million passages on 2 cores, the inverted file minutes.
+    0: HNSW at every size."""
 
     def wanted(self, passages: int) -> bool:
         """Whether an index of ``passages`` passages gets the approximate indexes at build time."""

@@ -205,11 +205,11 @@ ANN_SOURCES = {"passages": PASSAGE_EMB, "facts": FACT_EMB}
 """The rows each approximate index (``ANN_FILES``) is built from."""
 
 
-def write_ann(d: Path, which: str) -> Path:
+def write_ann(d: Path, which: str, cfg: AnnConfig) -> Path:
     """Build the approximate index of ``which`` (``passages`` or ``facts``) from the version ``d``'s mapped rows
     and write it atomically beside them; returns its path."""
     rows = np.load(d / ANN_SOURCES[which], mmap_mode="r")
-    index = ann.build(rows, name=f"{d.name}/{which}")
+    index = ann.build(rows, name=f"{d.name}/{which}", ivf_from_rows=cfg.ivf_from_rows)
     with atomic_path(d / ANN_FILES[which]) as tmp:
         ann.write(index, tmp)
     return d / ANN_FILES[which]
@@ -221,7 +221,7 @@ def write_ann_files(d: Path, manifest: dict[str, Any], cfg: AnnConfig) -> None:
     if not cfg.wanted(int(manifest["counts"]["passages"])):
         return
     for which in ANN_FILES:
-        path = write_ann(d, which)
+        path = write_ann(d, which, cfg)
         manifest["files"][path.name] = integrity.file_record(path, None)
 
 
@@ -482,10 +482,11 @@ class IndexData:
                 with index_lock(owner, timeout=0, op=f"derive {path.name}"):
                     if not path.is_file():
                         log.warning("%s: building %s for the scale profile (once)", self.path, path.name)
-                        write_ann(self.path, which)
+                        write_ann(self.path, which, self.config.ann)
             except (IndexBusyError, OSError) as exc:
                 log.warning("%s: %s built in memory (%s)", self.path, path.name, exc)
-                cached[which] = ann.build(np.load(self.path / ANN_SOURCES[which], mmap_mode="r"), name=which)
+                cached[which] = ann.build(np.load(self.path / ANN_SOURCES[which], mmap_mode="r"), name=which,
+                                          ivf_from_rows=self.config.ann.ivf_from_rows)
                 return cached[which]
         try:
             index = ann.read(path)

@@ -104,13 +104,14 @@ class RetrievalConfig(StrictModel):
     below. A part whose own setting is not ``auto`` runs that setting under either profile."""
     passage_index: Literal["auto", "index", "ann"] = "auto"
     """Dense passage search: ``index`` searches the index's FAISS index (``dense.kind``, flat by default); ``ann``
-    the scale profile's HNSW index (``passages.ann.faiss``, ``ann_ef_search``, candidates rescored exactly);
+    the scale profile's approximate index (``passages.ann.faiss``: HNSW, ``ann_ef_search``, or an inverted file,
+    ``ann_nprobe``; candidates rescored exactly);
     ``auto`` follows ``profile``."""
     fact_index: Literal["auto", "exact", "ann", "hnsw", "ivfpq"] = "auto"
     """How queries are matched to facts: ``exact`` scans every fact (a few queries through an int8 or float16 screen
     and a float32 rescore, see ``small_batch_scan``; a batch through one float32 GEMM, see ``batch_scan``: the exact
-    float32 result either way); ``ann`` searches the scale profile's HNSW index written by the build
-    (``facts.ann.faiss``, ``ann_ef_search``); ``hnsw`` or ``ivfpq`` a FAISS index built in memory when the index is
+    float32 result either way); ``ann`` searches the scale profile's approximate index written by the build
+    (``facts.ann.faiss``, as ``passage_index``); ``hnsw`` or ``ivfpq`` a FAISS index built in memory when the index is
     opened. The approximate ones rescore their candidates exactly and keep HippoRAG 2's min-max normalisation over
     all facts, the minimum from the negated query's search (see ``benchmarks/fact_index.py`` for their recall).
     ``auto`` follows ``profile``."""
@@ -118,6 +119,10 @@ class RetrievalConfig(StrictModel):
     """Candidates the ``ann`` passage and fact searches keep while walking their HNSW graphs (the negated query's
     search for the fact minimum keeps a quarter): the recall / latency knob of the scale profile. On PopQA
     questions 256 found 0.995 of the exact top 5 passages and 0.99 of the top 5 facts, 128 0.99 and 0.97."""
+    ann_nprobe: int = Field(64, ge=1)
+    """Cells the ``ann`` searches scan where the approximate index is an inverted file (tables of at least
+    ``ann.ivf_from_rows`` rows; the negated query's search for the fact minimum scans a quarter): the knob that
+    ``ann_ef_search`` is for HNSW."""
     query_encoder: Literal["auto", "onnx", "onnx-int8", "torch"] = "auto"
     """How a local embedding model (the embedded MiniLM) encodes queries: ``onnx`` runs it through ONNX Runtime
     (exported once from the local folder into the cache directory; vectors equal torch's to cosine > 0.9999, a short

@@ -6,18 +6,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from routerag.retrieval.ppr import PPRSolver, igraph_ppr
+from routerag.retrieval.ppr import PPRSolver, igraph_adjacency, igraph_ppr
 from routerag.retrieval.push import PushPPR
 
 from .test_retrieval import random_graph
 
 
-def _push(g, eps: float, **kwargs) -> PushPPR:  # noqa: ANN001
+def _push(g, eps: float, on_graph: bool = False, **kwargs) -> PushPPR:  # noqa: ANN001
+    """Push on a solver's scaled operator, or (``on_graph``) on the graph's adjacency itself, as the scale profile
+    loads it."""
+    if on_graph:
+        return PushPPR.on_graph(igraph_adjacency(g, "weight").tocsr(), damping=0.5, eps=eps, **kwargs)
     return PushPPR(PPRSolver.from_igraph(g, damping=0.5, device="cpu"), eps=eps, **kwargs)
 
 
+@pytest.mark.parametrize("on_graph", [False, True])
 @pytest.mark.parametrize("seed", range(4))
-def test_push_matches_prpack_within_its_bound(seed: int) -> None:
+def test_push_matches_prpack_within_its_bound(seed: int, on_graph: bool) -> None:
     g = random_graph(seed)
     rng = np.random.default_rng(seed + 7)
     n = g.vcount()
@@ -27,7 +32,7 @@ def test_push_matches_prpack_within_its_bound(seed: int) -> None:
     np.add.at(reset, seeds, weights)
     ref = igraph_ppr(g, reset, 0.5)
     for eps in (1e-4, 1e-6):
-        push = _push(g, eps)
+        push = _push(g, eps, on_graph)
         res = push.solve(seeds, weights)
         assert res.complete
         got = np.zeros(n)
@@ -38,7 +43,7 @@ def test_push_matches_prpack_within_its_bound(seed: int) -> None:
         assert (err <= eps * push.degree(np.arange(n)) / res.total + rounding).all()
         assert abs(err.sum() - res.l1_error) < 1e-5  # the L1 error is what it reports
     assert res.l1_error < 1e-2
-    exact = _push(g, 1e-10).top(seeds, weights, n, 10)[0]
+    exact = _push(g, 1e-10, on_graph).top(seeds, weights, n, 10)[0]
     assert list(exact) == list(np.lexsort((np.arange(n), -ref))[:10])
 
 

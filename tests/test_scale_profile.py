@@ -31,6 +31,16 @@ def ann_index(tmp_path_factory, minilm, spacy_extractor) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def ivf_index(tmp_path_factory, minilm, spacy_extractor) -> Path:
+    """The same corpus with both approximate indexes as inverted files (``ann.ivf_from_rows`` = 1)."""
+    out = tmp_path_factory.mktemp("scale-ivf") / "idx"
+    cfg = Settings(cache_dir=out.parent / "cache", ann={"write": "always", "ivf_from_rows": 1})
+    build_index([FIX / "twohop.jsonl"], out, cfg, progress=False,
+                components=Components(cfg, embedder=minilm, extractor=spacy_extractor))
+    return out
+
+
 def test_auto_resolves_by_index_size_and_each_part_overrides() -> None:
     cfg = RetrievalConfig()
     assert resolve_profile(cfg, 199_999, 200_000).name == "exact"
@@ -102,3 +112,25 @@ def test_a_read_only_index_builds_its_approximate_indexes_in_memory(index: Path,
     r = Retriever(index, RetrievalConfig(profile="scale"), embedder=minilm)
     assert r.search(QUESTIONS[:1], mode="hybrid", k=3)[0].docs
     assert not (IndexData(index).path / PASSAGE_ANN).exists()
+
+
+def test_large_tables_get_a_mapped_inverted_file_that_searches_like_exact(ivf_index: Path, minilm) -> None:
+    import faiss
+
+    data = IndexData(ivf_index)
+    assert data.verify() == len(data.manifest["files"])
+    for which in ("passages", "facts"):
+        index = faiss.downcast_index(data.ann(which))
+        assert isinstance(index, faiss.IndexIVFScalarQuantizer) and index.ntotal == data.counts[which]
+    mapped = Path("/proc/self/maps").read_text()
+    assert str(data.path / PASSAGE_ANN) in mapped and str(data.path / FACT_ANN) in mapped  # cells not copied
+    # every cell scanned: the candidates are rescored exactly, so the scale profile finds the exact top k
+    scale = Retriever(ivf_index, RetrievalConfig(profile="scale", ann_nprobe=4096), embedder=minilm)
+    exact = Retriever(ivf_index, RetrievalConfig(profile="exact"), embedder=minilm)
+    for mode in ("passage", "graph", "hybrid"):
+        a, b = scale.search(QUESTIONS, mode=mode, k=3), exact.search(QUESTIONS, mode=mode, k=3)
+        assert [[d.id for d in r.docs] for r in a] == [[d.id for d in r.docs] for r in b], mode
+    q = exact.embed(QUESTIONS)
+    got, want = scale.fact_scorer.match(q, 3), exact.fact_scorer.match(q, 3)
+    np.testing.assert_array_equal(got.top, want.top)
+    np.testing.assert_allclose(got.lo, want.lo, rtol=1e-5)

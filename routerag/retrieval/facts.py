@@ -199,7 +199,7 @@ def top_rows(x: np.ndarray, k: int) -> np.ndarray:
 
 class FaissFactScorer:
     """Fact matching through an approximate FAISS index: ``retrieval.fact_index = "ann"`` (the scale profile's HNSW
-    index written by the build, ``graph_index/ann.py``), or ``"hnsw"`` / ``"ivfpq"`` built in memory when the index
+    or inverted-file index written by the build, ``graph_index/ann.py``), or ``"hnsw"`` / ``"ivfpq"`` built in memory when the index
     is opened; for fact tables too large to scan per query (docs/scaling.md).
 
     HippoRAG 2 min-max normalises a query's fact scores over *all* facts. The maximum is the best hit; the minimum is
@@ -223,7 +223,8 @@ class FaissFactScorer:
             if index is None:
                 raise ValueError("fact_index = ann needs the index's facts.ann.faiss")
             self.index = index
-            self.params, self.low_params = ann.params(ef_search), ann.params(max(16, ef_search // 4))
+            self.params = ann.params(index, ef_search, nprobe)
+            self.low_params = ann.params(index, max(16, ef_search // 4), max(1, nprobe // 4))
             return
         vecs = np.ascontiguousarray(fact_emb, dtype=np.float32)
         if kind == "hnsw":

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from .ppr import PPRSolver
 
@@ -50,23 +51,55 @@ class LocalScores:
 class PushPPR:
     """Forward-push PPR on a :class:`PPRSolver`'s operator; :meth:`solve` takes one sparse reset."""
 
-    def __init__(self, solver: PPRSolver, *, eps: float = 1e-6, max_edges: int = 0) -> None:
+    def __init__(self, solver: PPRSolver | None, *, eps: float = 1e-6, max_edges: int = 0,
+                 adjacency: sp.csr_matrix | None = None, damping: float = 0.5) -> None:
+        """On ``solver``'s scaled operator ``S``, or (``solver=None``) on ``adjacency`` itself, the graph's weighted
+        adjacency ``A`` (the compact graph's mapped arrays): then no solver is built at all, only the weighted
+        degrees, and each pushed edge is scaled on the fly (:meth:`on_graph`)."""
         if eps <= 0:
             raise ValueError("eps must be positive")
-        s = solver.S
-        self.n = solver.n
-        self.damping = solver.damping
         self.eps = eps
-        self.indptr, self.indices, self.data = s.indptr, s.indices, s.data
-        self.sqrt_deg = solver.sqrt_deg
-        self.perm, self.inv = solver.perm, solver.inv
-        self.max_edges = max_edges or int(4 / ((1 - solver.damping) * eps))
+        if solver is not None:
+            s = solver.S
+            self.n, self.damping = solver.n, solver.damping
+            self.indptr, self.indices, self.data = s.indptr, s.indices, s.data
+            self.sqrt_deg, self.perm, self.inv = solver.sqrt_deg, solver.perm, solver.inv
+            self.inv_sqrt_deg = None  # S is already scaled
+        else:
+            self.n, self.damping = adjacency.shape[0], damping
+            self.indptr, self.indices, self.data = adjacency.indptr, adjacency.indices, adjacency.data
+            deg = adjacency @ np.ones(self.n)  # float64 sums, as the solver's
+            deg = np.where(deg > 0, deg, 1.0)
+            self.sqrt_deg = np.sqrt(deg)
+            self.inv_sqrt_deg = 1.0 / self.sqrt_deg
+            self.perm = self.inv = None  # original vertex order
+        self.max_edges = max_edges or int(4 / ((1 - self.damping) * eps))
         """Edge visits after which :meth:`solve` stops (its L1 error still exact); the default is four times the
         work bound, so only rounding-scale overshoot reaches it."""
 
+    @classmethod
+    def on_graph(cls, adjacency: sp.csr_matrix, *, damping: float, eps: float, max_edges: int = 0) -> PushPPR:
+        """Push on the graph's own adjacency, without a :class:`PPRSolver`. Why: the solver's reordering and its two
+        scaled copies of the matrix are for whole-graph products push never makes; at 1M passages (24M edges) they
+        took most of a load's time and memory, where the weighted degrees are one pass over the mapped weights."""
+        return cls(None, eps=eps, max_edges=max_edges, adjacency=adjacency, damping=damping)
+
     def degree(self, vertices: np.ndarray) -> np.ndarray:
         """Weighted degrees ``D`` of original vertices (1 for a vertex without edges), as the solver holds them."""
-        return self.sqrt_deg[self.inv[vertices]].astype(np.float64) ** 2
+        return self.sqrt_deg[self._internal(vertices)].astype(np.float64) ** 2
+
+    def _internal(self, vertices: np.ndarray) -> np.ndarray:
+        return vertices if self.inv is None else self.inv[vertices]
+
+    def _spread(self, frontier: np.ndarray, mass: np.ndarray, offs: np.ndarray, targets: np.ndarray,
+                counts: np.ndarray) -> np.ndarray:
+        """``d S[v,u] x[u]`` for every edge slot ``offs`` of the frontier: S's entries, or A's scaled here by
+        ``D[u]^-1/2 D[v]^-1/2``."""
+        coef = self.damping * mass
+        if self.inv_sqrt_deg is None:
+            return self.data[offs] * np.repeat(coef, counts)
+        coef = coef * self.inv_sqrt_deg[frontier]
+        return self.data[offs] * np.repeat(coef, counts) * self.inv_sqrt_deg[targets]
 
     def solve(self, seeds: np.ndarray, weights: np.ndarray) -> LocalScores:
         """PageRank for the reset ``weights`` on original vertices ``seeds`` (normalised to sum 1 first)."""
@@ -75,7 +108,7 @@ class PushPPR:
         total_w = float(w.sum())
         if not total_w > 0 or (w < 0).any():
             raise ValueError("the reset needs non-negative weights and some positive mass")
-        seeds = self.inv[np.asarray(seeds, dtype=np.int64)]
+        seeds = self._internal(np.asarray(seeds, dtype=np.int64))
         p = np.zeros(self.n)  # calloc'd: only the pages of the vertices touched are ever written
         x = np.zeros(self.n)  # residual, scaled: x = D^-1/2 q
         seen = np.zeros(self.n, dtype=bool)
@@ -83,7 +116,7 @@ class PushPPR:
         frontier = np.unique(seeds)
         seen[frontier] = True
         touched = [frontier]
-        indptr, indices, data, sqrt_deg = self.indptr, self.indices, self.data, self.sqrt_deg
+        indptr, indices, sqrt_deg = self.indptr, self.indices, self.sqrt_deg
         edges = 0
         while frontier.size and edges <= self.max_edges:
             mass = x[frontier]
@@ -98,7 +131,7 @@ class PushPPR:
             # the edge slots of every frontier vertex, concatenated: start[i] .. start[i] + counts[i]
             offs = np.repeat(start - (np.cumsum(counts) - counts), counts) + np.arange(m)
             targets = indices[offs]
-            np.add.at(x, targets, data[offs] * np.repeat(d * mass, counts))
+            np.add.at(x, targets, self._spread(frontier, mass, offs, targets, counts))
             fresh = targets[~seen[targets]]
             if fresh.size:
                 fresh = np.unique(fresh)
@@ -111,7 +144,8 @@ class PushPPR:
         residual = float(q.sum())
         total = float(p[t].sum()) + residual
         scores = (p[t] + (1 - d) * q) / total
-        return LocalScores(self.perm[t], scores, d * residual / total, total, edges, not frontier.size)
+        vertices = t if self.perm is None else self.perm[t]
+        return LocalScores(vertices, scores, d * residual / total, total, edges, not frontier.size)
 
     def top(self, seeds: np.ndarray, weights: np.ndarray, rows: int, k: int) -> tuple[np.ndarray, np.ndarray, LocalScores]:
         """The ``k`` best of the vertices ``0 … rows-1`` (the passages), best first with ties by index, and their

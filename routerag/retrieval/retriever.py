@@ -156,12 +156,13 @@ class Retriever:
         self.entity_passages = graph.vertex_passage_counts
         self.n_nodes = graph.vcount()
         self._passage_rows = self.data.passage_vertices
-        self.push = None
-        if self.profile.ppr_backend in ("batched", "push"):
+        self.push = self.solver = None
+        if self.profile.ppr_backend == "batched":
             self.solver = PPRSolver(graph.adjacency(), damping=self.cfg.damping, tol=self.cfg.ppr_tol,
                                     device=self.cfg.device)
-        if self.profile.ppr_backend == "push":  # on the solver's operator: no second copy of the graph
-            self.push = PushPPR(self.solver, eps=self.cfg.push_eps, max_edges=self.cfg.push_max_edges)
+        if self.profile.ppr_backend == "push":  # on the mapped graph itself: no solver, no copy of the matrix
+            self.push = PushPPR.on_graph(graph.adjacency(), damping=self.cfg.damping, eps=self.cfg.push_eps,
+                                         max_edges=self.cfg.push_max_edges)
         release_freed_memory()  # the solver's temporary matrices
         self._graph_ready = True
 
@@ -173,7 +174,8 @@ class Retriever:
             return FactScorer(fact_emb, self.data.fact_emb_f16, blas_threads=self.cfg.fact_blas_threads,
                               batch_scan=self.cfg.batch_scan, small_batch_scan=self.cfg.small_batch_scan)
         if kind == "ann":
-            return FaissFactScorer(fact_emb, kind, index=self.data.ann("facts"), ef_search=self.cfg.ann_ef_search)
+            return FaissFactScorer(fact_emb, kind, index=self.data.ann("facts"), ef_search=self.cfg.ann_ef_search,
+                                   nprobe=self.cfg.ann_nprobe)
         return FaissFactScorer(fact_emb, kind)
 
     # -- public API -----------------------------------------------------------------------------------------------
@@ -250,7 +252,8 @@ class Retriever:
         if self._milvus_dense is not None:
             return self._milvus_dense.search(q, n)
         if self._passage_ann is not None:
-            return ann.search(self._passage_ann, self.passage_emb, q, n, ef_search=self.cfg.ann_ef_search)
+            return ann.search(self._passage_ann, self.passage_emb, q, n, ef_search=self.cfg.ann_ef_search,
+                              nprobe=self.cfg.ann_nprobe)
         return dense_search(self.dense, q, n, blas_from=self.cfg.dense_blas_from, scan=self._dense_scan,
                             screen=self._dense_screen)
 
