@@ -5,6 +5,7 @@
     python benchmarks/growth.py build 1000000 --ann auto --no-f16      # with the scale profile's indexes
     python benchmarks/growth.py serve 10000 100000 1000000             # load each in a fresh process; latency
     python benchmarks/growth.py report                                 # fit, plot, table
+    python benchmarks/growth.py report --profiles scale --plot docs/img/growth-scale.png   # the scale profile's
     python benchmarks/growth.py compact 1000000                        # add the compact graph to an older build
 
 Every size writes its own result JSON (``--results``, default ``benchmarks/results/growth``); a size whose JSON exists
@@ -86,14 +87,15 @@ def cmd_build(args: argparse.Namespace) -> None:
         if args.child:
             t = time.perf_counter()
             info = write_synthetic(Path(args.work) / f"p{n}", n, prof, seed=n, f16=not args.no_f16,
-                                   ann_write=args.ann)
+                                   ann_write=args.ann, ivf_from_rows=args.ivf_from_rows)
             info["build_s"] = round(time.perf_counter() - t, 1)
             info["build_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
             res.write_text(json.dumps(info, indent=2) + "\n")
             print(f"build {n}: {json.dumps(info)}", flush=True)
         else:  # a fresh process per size, so each peak RSS is its own
             subprocess.run([sys.executable, __file__, "build", str(n), "--child", "--results", args.results,
-                            "--work", args.work, "--ann", args.ann, *(["--no-f16"] if args.no_f16 else [])],
+                            "--work", args.work, "--ann", args.ann, *(["--no-f16"] if args.no_f16 else []),
+                            *([] if args.ivf_from_rows is None else ["--ivf-from-rows", str(args.ivf_from_rows)])],
                            check=True)
 
 
@@ -141,6 +143,7 @@ def _maps_file(a: np.ndarray) -> bool:
 
 
 PROFILES = {"default": {}, "exact": {"profile": "exact"}, "scale": {"profile": "scale"},
+            "scale-nprobe64": {"profile": "scale", "ann_nprobe": 64},
             "scale-exact-facts": {"profile": "scale", "fact_index": "exact"}}
 """``serve --profiles``: RetrievalConfig fields per name."""
 
@@ -249,7 +252,9 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 def cmd_report(args: argparse.Namespace) -> None:
     results = Path(args.results)
     rows = []
-    done = [f for f in results.glob("serve_*.json") if len(f.stem.split("_")) == 2 and f.stem.split("_")[1].isdigit()]
+    tail = f"_{args.profiles}" if args.profiles else ""  # serve --profiles' files, e.g. serve_1000000_scale.json
+    done = [f for f in results.glob(f"serve_*{tail}.json")
+            if f.stem.split("_")[1].isdigit() and f.stem == f"serve_{f.stem.split('_')[1]}{tail}"]
     for f in sorted(done, key=lambda p: int(p.stem.split("_")[1])):
         n = int(f.stem.split("_")[1])
         b = results / f"build_{n}.json"
@@ -285,7 +290,7 @@ def cmd_report(args: argparse.Namespace) -> None:
         fits[c] = {"exponent": round(b, 3), "at_21M": round(10 ** (a + b * math.log10(target)), 1),
                    "exponent_last2": round(b2, 3), "at_21M_last2": round(10 ** (a2 + b2 * math.log10(target)), 1)}
     out = {"rows": rows, "fits": fits}
-    (results / "report.json").write_text(json.dumps(out, indent=2) + "\n")
+    (results / f"report{tail}.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
     plot(rows, fits, Path(args.plot))
 
@@ -341,6 +346,8 @@ def main() -> None:
             p.add_argument("--ann", default="never", choices=("never", "auto", "always"),
                            help="ann.write: the scale profile's approximate indexes, written as the build does")
             p.add_argument("--no-f16", action="store_true", help="leave out the float16 fact copy (derived)")
+            p.add_argument("--ivf-from-rows", type=int, default=None,
+                           help="ann.ivf_from_rows for this index (1: inverted files at every size, as at 1M)")
         if name == "serve":
             p.add_argument("--queries", type=int, default=32)
             p.add_argument("--profiles", default="default",
@@ -348,6 +355,7 @@ def main() -> None:
             p.add_argument("--index", default="", help="serve this index instead of WORK/pN (one size only)")
         if name == "report":
             p.add_argument("--plot", default=str(PLOT))
+            p.add_argument("--profiles", default="", help="the serve runs of these --profiles (default: the plain ones)")
     args = ap.parse_args()
     {"profile": cmd_profile, "build": cmd_build, "compact": cmd_compact, "serve": cmd_serve,
      "report": cmd_report}[args.cmd](args)

@@ -126,15 +126,16 @@ def add_compact(out: Path, n: int, prof: dict[str, Any], *, seed: int) -> None:
 
 
 def write_synthetic(out: Path, n: int, prof: dict[str, Any], *, seed: int = 0, f16: bool = True,
-                    ann_write: str = "never") -> dict[str, Any]:
+                    ann_write: str = "never", ivf_from_rows: int | None = None) -> dict[str, Any]:
     """Write an index of ``n`` synthetic passages at ``out`` (published atomically); returns counts and timings.
 
     ``f16=False`` leaves out the float16 fact copy (derived, optional: the exact profile makes it on first load; at
     1M passages it is 6.8 GB the scale profile never reads). ``ann_write`` is ``ann.write`` for this index
     (``auto``: from ``ann.from_passages``): the scale profile's approximate indexes, written as the build writes
-    them."""
+    them; ``ivf_from_rows`` their ``ann.ivf_from_rows`` (None: the default)."""
     rng = np.random.default_rng(seed)
-    cfg = IndexConfig(ann={"write": ann_write})
+    ann = {"write": ann_write} | ({} if ivf_from_rows is None else {"ivf_from_rows": ivf_from_rows})
+    cfg = IndexConfig(ann=ann)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
 
