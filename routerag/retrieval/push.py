@@ -1,12 +1,13 @@
-"""Local Personalized PageRank for one query: forward push (Andersen, Chung & Lang 2006) on the batched solver's own
-operator, a frontier at a time. Its cost follows the seeds' neighbourhood, not the graph: the scale profile's PageRank.
+"""Local Personalized PageRank for one query: forward push (Andersen, Chung & Lang 2006), a frontier at a time, on the
+batched solver's operator or on the graph's mapped adjacency itself (:meth:`PushPPR.on_graph`, the scale profile's,
+which then builds no solver). Its cost follows the seeds' neighbourhood, not the graph: the scale profile's PageRank.
 
 The same PageRank as :class:`routerag.retrieval.ppr.PPRSolver`: on an undirected weighted graph with weighted
 degrees ``D``, ``p = (1-d) r + d A D⁻¹ p``, normalised to sum 1. Push keeps an estimate ``p`` and a residual ``q``
 with the invariant ``p_true = p + PPR(q)`` (PPR is linear in its reset). Pushing vertex ``u`` moves ``(1-d) q[u]``
 into ``p[u]`` and spreads ``d q[u] A[v,u] / D[u]`` to each neighbour ``v``. It runs in the solver's scaled variables
-``x = D^-½ q`` on its matrix ``S = D^-½ A D^-½`` (the spread is then ``d S[v,u] x[u]``), so no second copy of the
-graph is made. Every vertex whose residual is at least ``eps · D[u]`` is pushed at once (one numpy frontier per
+``x = D^-½ q`` on its matrix ``S = D^-½ A D^-½`` (the spread is then ``d S[v,u] x[u]``), or scales ``A``'s entries
+by ``D^-½`` at both ends as it reads them, so no second copy of the graph is made. Every vertex whose residual is at least ``eps · D[u]`` is pushed at once (one numpy frontier per
 round), until none is left above its threshold or ``max_edges`` edges were scanned.
 
 Error bound (what :class:`LocalScores` reports). On an undirected graph ``PPR(e_u)[v] / D[v] = PPR(e_v)[u] / D[u]``,

@@ -244,6 +244,8 @@ class Retriever:
             if solver is not None:
                 arrays += [solver.S.data, solver.S.indices, solver.S.indptr, solver.M.data, solver.M.indices,
                            solver.M.indptr, solver.perm, solver.inv, solver.sqrt_deg, solver.inv_sqrt_deg]
+            elif self.push is not None:  # push on the mapped graph: the weighted degrees are all it computed
+                arrays += [self.push.sqrt_deg, self.push.inv_sqrt_deg]
         return int(total) + sum(int(a.nbytes) for a in arrays)
 
     def dense_hits(self, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
