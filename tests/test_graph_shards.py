@@ -13,20 +13,25 @@ import numpy as np
 import pytest
 
 from graph_index.builder import Components
+from graph_index.config import ShardConfig
 from graph_index.partition import (
     SHARDS_FILE,
     assign_shards,
     build_shards,
     community_levels,
     cut_statistics,
+    halo_rows,
 )
 from routerag.config import Settings
 from routerag.retrieval import Retriever
+from routerag.vocabulary import MODES
 from routerag.retrieval.shard_seeds import (
     global_seeds,
+    owned_mask,
     rank_with_seeds,
     seed_candidates,
 )
+from routerag.retrieval.shards import fuse, merge_by_score
 
 from .helpers.server_helpers import FIX
 from .test_shards import QUERIES, front_app, retrieve, shard_app
@@ -61,6 +66,19 @@ def test_a_community_larger_than_a_shard_is_split_to_keep_the_balance() -> None:
     assert np.bincount(shard, minlength=4).tolist() == [5, 5, 5, 5]
 
 
+def test_the_halo_holds_the_other_shards_passages_linked_through_an_entity_strongest_first() -> None:
+    g = two_topics()  # a1 and b1 link 7 passages each: their topic's six and one of the other topic's
+    shard = np.arange(12) % 2  # split by topic: evens (A) on shard 0, odds (B) on shard 1
+    wide = halo_rows(g, shard, ShardConfig(halo_max_entity_passages=7, halo_fraction=1.0))
+    # passage 0 names b1, so b1 pulls every B passage into shard 0's halo, and a1 every A passage into shard 1's
+    assert [h.tolist() for h in wide] == [list(range(1, 12, 2)), list(range(0, 12, 2))]
+    # passage 1 shares both a1 and b1 with shard 0: the strongest link, kept when the halo holds one passage
+    assert halo_rows(g, shard, ShardConfig(halo_max_entity_passages=7, halo_fraction=1 / 6))[0].tolist() == [1]
+    hubs = halo_rows(g, shard, ShardConfig(halo_max_entity_passages=6, halo_fraction=1.0))  # a1, b1 above the cap
+    assert [h.tolist() for h in hubs] == [[], []]
+    assert [len(h) for h in halo_rows(g, shard, ShardConfig(halo_max_entity_passages=0))] == [0, 0]
+
+
 def test_one_shard_seeded_globally_is_the_unsharded_graph_search(retriever: Retriever) -> None:
     """The two stages over a single shard are exactly the index's own graph search: the same ranking, and scores
     equal up to the reset's total mass (the shard scales by it instead of normalising)."""
@@ -83,13 +101,21 @@ def graph_shards(tmp_path_factory, minilm, spacy_extractor) -> Path:
     return root / "out"
 
 
-def test_build_shards_writes_every_passage_once_and_records_the_split(graph_shards: Path) -> None:
+def test_build_shards_gives_every_passage_one_owner_and_lists_each_halo(graph_shards: Path) -> None:
     record = json.loads((graph_shards / SHARDS_FILE).read_text())
     assert [s["name"] for s in record["shards"]] == ["shard-000", "shard-001"]
     assert record["partition"]["method"] == "communities" and sum(record["partition"]["passages"]) == 10
     titles = [json.loads(line)["title"] for line in (FIX / "twohop.jsonl").read_text().splitlines()]
-    held = [p.title for s in record["shards"] for p in Retriever(graph_shards / s["name"]).passages]
-    assert sorted(held) == sorted(titles)
+    owned, halo = [], []
+    for s in record["shards"]:
+        r = Retriever(graph_shards / s["name"])
+        mine = owned_mask(r)
+        assert (len(r.passages), int((~mine).sum())) == (s["passages"] + s["halo"], s["halo"])
+        assert r.data.manifest.get("halo", []) == [p.id for p, m in zip(r.passages, mine) if not m]
+        owned += [p.title for p, m in zip(r.passages, mine) if m]
+        halo += [p.title for p, m in zip(r.passages, mine) if not m]
+    assert sorted(owned) == sorted(titles)  # each passage owned by exactly one shard
+    assert halo and record["partition"]["halo"] == [s["halo"] for s in record["shards"]]
     with pytest.raises(FileExistsError):
         build_shards([FIX / "twohop.jsonl"], graph_shards, Settings(), 2, progress=False)
 
@@ -110,6 +136,60 @@ def test_a_sharded_graph_search_merges_pagerank_masses_from_one_seeding(graph_sh
         assert set(seeds["seeds"][0]) == {"dense", "facts", "fact_range", "named"}
         bad = httpx.post(f"{urls[0]}/retrieve/shard", json={"queries": QUERIES[:2], "stage": "rank", "seeds": []})
         assert bad.status_code == 400 and "one seeding per query" in bad.text
+
+
+def sharded_search(paths: list[Path], minilm, mode: str, k: int) -> list[list]:
+    """The front's two stages over the shards, in process (as benchmarks/shards.py --in-process)."""
+    shards = [Retriever(p, Settings().retrieval, embedder=minilm) for p in paths]
+    cfg = shards[0].cfg
+    passages = [merge_by_score([r.docs for r in rows], 2 * k)
+                for rows in zip(*(s.search(QUERIES, "passage", 2 * k) for s in shards))]
+    seeds = [g.to_json() for g in global_seeds([seed_candidates(s, QUERIES) for s in shards], cfg)]
+    graph = [merge_by_score([r.docs for r in rows], 2 * k)
+             for rows in zip(*(rank_with_seeds(s, QUERIES, seeds, 2 * k) for s in shards))]
+    if mode == "passage":
+        return [p[:k] for p in passages]
+    return [g[:k] for g in graph] if mode == "graph" else [fuse([p, g], k, cfg.rrf_k) for p, g in zip(passages, graph)]
+
+
+def test_halo_passages_answer_once_and_passage_search_is_unchanged(graph_shards: Path, retriever: Retriever,
+                                                                    minilm) -> None:
+    paths = [graph_shards / "shard-000", graph_shards / "shard-001"]
+    whole = {mode: [[d.id for d in r.docs] for r in retriever.search(QUERIES, mode, 10)] for mode in MODES}
+    for mode in MODES:
+        got = [[d.id for d in docs] for docs in sharded_search(paths, minilm, mode, 10)]
+        assert all(len(row) == len(set(row)) for row in got), mode  # a halo copy is never a second hit
+        assert all(len(row) == 10 for row in got) or mode == "graph"  # a shard no seed reaches answers nothing
+        if mode == "passage":
+            assert got == whole["passage"]  # exact: the dense union's top k is the unsharded top k
+    seeds = [g.to_json() for g in global_seeds([seed_candidates(Retriever(p, embedder=minilm), QUERIES)
+                                                  for p in paths], retriever.cfg)]
+    for p in paths:
+        r = Retriever(p, embedder=minilm)
+        halo = set(r.data.manifest.get("halo", []))
+        assert all(d.id not in halo for res in rank_with_seeds(r, QUERIES, seeds, 10) for d in res.docs)
+
+
+@pytest.fixture(scope="module")
+def whole_halo_shards(tmp_path_factory, minilm, spacy_extractor) -> Path:
+    """Two shards whose halos hold every passage of the other: each shard's graph is the whole corpus's."""
+    root = tmp_path_factory.mktemp("whole-halo")
+    cfg = Settings(cache_dir=root / "cache", shards={"halo_max_entity_passages": 10_000, "halo_fraction": 10})
+    build_shards([FIX / "twohop.jsonl"], root / "out", cfg, 2, progress=False,
+                 components=Components(cfg, embedder=minilm, extractor=spacy_extractor))
+    return root / "out"
+
+
+def test_shards_whose_halo_reaches_everything_rank_as_one_index(whole_halo_shards: Path, retriever: Retriever,
+                                                                 minilm) -> None:
+    """Every path the cut would lose runs through a halo: the owner's PageRank is one graph's, so the merged
+    graph ranking is the unsharded one (the synonymy edges are each shard's own: the same entities here)."""
+    paths = [whole_halo_shards / "shard-000", whole_halo_shards / "shard-001"]
+    assert all(len(Retriever(p, embedder=minilm).passages) == 10 for p in paths)
+    got = sharded_search(paths, minilm, "graph", 5)
+    for docs, own in zip(got, retriever.search(QUERIES, "graph", 5)):
+        reached = [d for d in own.docs if d.score > 0]
+        assert [d.id for d in docs[:len(reached)]] == [d.id for d in reached]
 
 
 def live(app):
