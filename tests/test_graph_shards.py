@@ -171,25 +171,30 @@ def test_halo_passages_answer_once_and_passage_search_is_unchanged(graph_shards:
 
 
 @pytest.fixture(scope="module")
-def whole_halo_shards(tmp_path_factory, minilm, spacy_extractor) -> Path:
-    """Two shards whose halos hold every passage of the other: each shard's graph is the whole corpus's."""
-    root = tmp_path_factory.mktemp("whole-halo")
-    cfg = Settings(cache_dir=root / "cache", shards={"halo_max_entity_passages": 10_000, "halo_fraction": 10})
+def no_halo_shards(tmp_path_factory, minilm, spacy_extractor) -> Path:
+    """The same split without halos (``shards.halo_max_entity_passages = 0``)."""
+    root = tmp_path_factory.mktemp("no-halo")
+    cfg = Settings(cache_dir=root / "cache", shards={"halo_max_entity_passages": 0})
     build_shards([FIX / "twohop.jsonl"], root / "out", cfg, 2, progress=False,
                  components=Components(cfg, embedder=minilm, extractor=spacy_extractor))
     return root / "out"
 
 
-def test_shards_whose_halo_reaches_everything_rank_as_one_index(whole_halo_shards: Path, retriever: Retriever,
-                                                                 minilm) -> None:
-    """Every path the cut would lose runs through a halo: the owner's PageRank is one graph's, so the merged
-    graph ranking is the unsharded one (the synonymy edges are each shard's own: the same entities here)."""
-    paths = [whole_halo_shards / "shard-000", whole_halo_shards / "shard-001"]
-    assert all(len(Retriever(p, embedder=minilm).passages) == 10 for p in paths)
-    got = sharded_search(paths, minilm, "graph", 5)
-    for docs, own in zip(got, retriever.search(QUERIES, "graph", 5)):
-        reached = [d for d in own.docs if d.score > 0]
-        assert [d.id for d in docs[:len(reached)]] == [d.id for d in reached]
+def test_the_halo_gives_back_the_paths_the_cut_loses(graph_shards: Path, no_halo_shards: Path,
+                                                     retriever: Retriever, minilm) -> None:
+    """The fixture's split cuts one link (its halos: one passage each); through it, each owner's PageRank
+    reaches across the cut and the merged graph ranking is the unsharded one wherever mass reaches; without
+    the halo it is not."""
+    whole = [[d.id for d in r.docs if d.score > 0] for r in retriever.search(QUERIES, "graph", 5)]
+    record = json.loads((no_halo_shards / SHARDS_FILE).read_text())
+    assert record["partition"]["halo"] == [0, 0] and record["partition"]["passage_pairs_cut"] > 0
+
+    def ranked(root: Path) -> list[list[str]]:
+        got = sharded_search([root / "shard-000", root / "shard-001"], minilm, "graph", 5)
+        return [[d.id for d in docs][:len(w)] for docs, w in zip(got, whole)]
+
+    assert ranked(graph_shards) == whole
+    assert ranked(no_halo_shards) != whole
 
 
 def live(app):
