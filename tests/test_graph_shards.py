@@ -120,16 +120,20 @@ def test_build_shards_gives_every_passage_one_owner_and_lists_each_halo(graph_sh
         build_shards([FIX / "twohop.jsonl"], graph_shards, Settings(), 2, progress=False)
 
 
-def test_a_sharded_graph_search_merges_pagerank_masses_from_one_seeding(graph_shards: Path, minilm) -> None:
+def test_a_sharded_graph_search_merges_pagerank_masses_from_one_seeding(graph_shards: Path, retriever: Retriever,
+                                                                        minilm) -> None:
     paths = [graph_shards / "shard-000", graph_shards / "shard-001"]
     with ExitStack() as stack:
         urls = [stack.enter_context(live(shard_app(p, minilm))) for p in paths]
         front = stack.enter_context(live(front_app(urls)))
-        for mode in ("graph", "hybrid"):
+        for mode in MODES:  # the shards hold halo passages: each still answers once
             r = retrieve(front, mode)
             assert r.status_code == 200, r.text
             assert [s["ok"] for s in r.json()["shards"]] == [True, True]
-            assert all(len(row) == 3 for row in r.json()["result"])
+            rows = [[h["document"]["id"] for h in row] for row in r.json()["result"]]
+            assert all(len(row) == len(set(row)) == 3 for row in rows), mode
+        whole = [[d.id for d in res.docs] for res in retriever.search(QUERIES, "passage", 3)]
+        assert [[h["document"]["id"] for h in row] for row in retrieve(front, "passage").json()["result"]] == whole
         scores = [h["score"] for row in retrieve(front, "graph").json()["result"] for h in row]
         assert not np.allclose(scores[0], 1 / 61)  # masses, not the rank fusion's 1 / (60 + rank)
         seeds = httpx.post(f"{urls[0]}/retrieve/shard", json={"queries": QUERIES[:1], "stage": "seeds"}).json()
@@ -168,6 +172,24 @@ def test_halo_passages_answer_once_and_passage_search_is_unchanged(graph_shards:
         r = Retriever(p, embedder=minilm)
         halo = set(r.data.manifest.get("halo", []))
         assert all(d.id not in halo for res in rank_with_seeds(r, QUERIES, seeds, 10) for d in res.docs)
+
+
+def test_an_update_of_a_shard_keeps_its_halo(graph_shards: Path, tmp_path: Path, minilm, spacy_extractor) -> None:
+    import shutil
+
+    from graph_index.builder import add_to_index
+
+    shutil.copytree(graph_shards, tmp_path / "out", symlinks=True)
+    shard = tmp_path / "out" / "shard-000"
+    before = Retriever(shard, embedder=minilm).data.manifest["halo"]
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(json.dumps({"title": "Ossel", "text": "The Ossel waterway runs past Tarsk to the sea."}) + "\n")
+    cfg = Settings(cache_dir=tmp_path / "cache")
+    add_to_index(shard, [extra], cfg, progress=False,
+                 components=Components(cfg, embedder=minilm, extractor=spacy_extractor))
+    after = Retriever(shard, embedder=minilm)
+    assert after.data.manifest["halo"] == before and len(after.passages) == 7
+    assert int((~owned_mask(after)).sum()) == len(before)  # the new passage is the shard's own
 
 
 @pytest.fixture(scope="module")
