@@ -34,7 +34,11 @@ from graph_index.partition import SHARDS_FILE, build_shards
 from routerag.config import Settings
 from routerag.datasets import load_questions
 from routerag.retrieval import Retriever
-from routerag.retrieval.shard_seeds import global_seeds, rank_with_seeds, seed_candidates
+from routerag.retrieval.shard_seeds import (
+    global_seeds,
+    rank_with_seeds,
+    seed_candidates,
+)
 from routerag.retrieval.shards import ShardedRetriever, fuse, merge_by_score
 
 ROOT = Path(__file__).resolve().parents[1]

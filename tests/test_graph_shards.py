@@ -24,7 +24,6 @@ from graph_index.partition import (
 )
 from routerag.config import Settings
 from routerag.retrieval import Retriever
-from routerag.vocabulary import MODES
 from routerag.retrieval.shard_seeds import (
     global_seeds,
     owned_mask,
@@ -32,6 +31,7 @@ from routerag.retrieval.shard_seeds import (
     seed_candidates,
 )
 from routerag.retrieval.shards import fuse, merge_by_score
+from routerag.vocabulary import MODES
 
 from .helpers.server_helpers import FIX
 from .test_shards import QUERIES, front_app, retrieve, shard_app
