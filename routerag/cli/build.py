@@ -116,7 +116,8 @@ def build_graph_cmd(
         if json_out:
             print_json(record)
         else:
-            names = ", ".join(f"{s['name']} ({s['passages']:,} passages)" for s in record["shards"])
+            names = ", ".join(f"{s['name']} ({s['passages']:,} passages + {s.get('halo', 0):,} halo)"
+                              for s in record["shards"])
             console.print(f"built {len(record['shards'])} shards in {out}: {names}; partition {record['partition']}")
         return
     if ray is not None:
