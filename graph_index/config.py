@@ -252,8 +252,8 @@ class ShardConfig(StrictModel):
     PageRank walk through that entity is not cut; entities linked to more passages than this (hubs) do not pull
     passages in. 0: no halo (each passage on one shard only)."""
     halo_fraction: float = Field(0.5, ge=0)
-    """A shard's halo holds at most this × its own passages: the most strongly linked first (shared entities,
-    each weighted by 1 / its passage count, as PageRank splits an entity's mass)."""
+    """A shard's halo holds at most this × its own passages: the most strongly linked first (by the share of each
+    shared entity's passage edges that reaches the passage, as a walk at the entity splits its mass)."""
 
 
 class IndexConfig(StrictModel):

@@ -12,8 +12,8 @@ baseline, cuts a fact's two passages apart N−1 times in N; what the graph spli
 No split cuts nothing: an entity whose passages lie on two shards is two vertices, one on each, and a PageRank walk
 through it cannot cross. So each shard also holds a *halo* (:func:`halo_rows`): the other shards' passages that
 share a non-hub entity with its own, the most strongly linked first, bounded (``shards.halo_*``). A shard's graph
-then holds the whole neighbourhood of its own passages, and a sharded search scores each passage on the shard that
-owns it (:mod:`routerag.retrieval.shard_seeds`); the halo's ids are listed in the shard's manifest (``halo``).
+then reaches across the cut, and a sharded search keeps each passage at its highest score over the shards that
+hold it (:mod:`routerag.retrieval.shard_seeds`); the halo's ids are listed in the shard's manifest (``halo``).
 
 Each shard is an ordinary index (``OUT/shard-000`` …), built by :func:`~graph_index.builder.build_index` from its
 own JSONL part; ``OUT/shards.json`` lists them with the partition's statistics.
@@ -135,11 +135,10 @@ def incidence(g: ig.Graph, n_pass: int) -> sp.csr_matrix:
 
 def halo_rows(g: ig.Graph, shard: np.ndarray, cfg: ShardConfig) -> list[np.ndarray]:
     """Per shard, the rows of the other shards' passages it also holds: those that share an entity linked to at
-    most ``halo_max_entity_passages`` passages with one of its own, the most strongly linked first (each shared
-    entity weighing 1 / its passage count, as PageRank splits an entity's mass), at most ``halo_fraction`` × its
-    own passages. A passage's link through an entity weighs its share of the entity's passage edges (what a walk
-    at the entity sends it: a page through its title entity weighs most). Hubs stay out: a walk through one spreads
-    thin, and it would pull half the corpus in."""
+    most ``halo_max_entity_passages`` passages with one of its own, at most ``halo_fraction`` × its own passages,
+    the most strongly linked first: a passage's link through a shared entity weighs its share of the entity's
+    passage edges (what a walk at the entity sends it: a page through its title entity weighs most), summed over
+    the shared entities. Hubs stay out: a walk through one spreads thin, and it would pull half the corpus in."""
     n_shards = int(shard.max()) + 1
     if cfg.halo_max_entity_passages <= 0 or cfg.halo_fraction <= 0 or n_shards < 2:
         return [np.empty(0, dtype=np.int64) for _ in range(n_shards)]

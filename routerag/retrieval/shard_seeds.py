@@ -136,9 +136,9 @@ def _owned_links(retriever: Retriever) -> tuple[np.ndarray, np.ndarray, np.ndarr
 @dataclass(slots=True)
 class GlobalSeeds:
     """One query's seeding over all shards: passage id → weight, entity name → weight, and each seed entity's
-    passage-edge weight summed over the shards that reported it (a shard seeds the share of an entity that its
-    edges of it carry, as PageRank on one graph would send it: an entity on two shards is not seeded twice, and
-    one whose every passage a shard holds, through its halo, is seeded whole there)."""
+    edge weight over the corpus (:func:`_entity_totals`). A shard seeds the share of an entity that its edges of it
+    carry, as PageRank on one graph would send it: an entity on two shards is not seeded twice over, and one whose
+    every passage a shard holds, through its halo, is seeded whole there."""
 
     passages: dict[str, float]
     entities: dict[str, float]
