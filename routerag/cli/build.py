@@ -82,8 +82,9 @@ def build_graph_cmd(
     ray_batch_size: Annotated[int, typer.Option(help="Passages per Ray batch (one result file each).")] = 256,
     shards: Annotated[Optional[int], typer.Option(
         "--shards", min=1, help="Split the corpus into N shards along the graph's communities (shards.method) and "
-                                "build one index each, OUT/shard-000 ...; serve each and put `routerag serve "
-                                "--shards URL,...` before them.")] = None,
+                                "build one index each, OUT/shard-000 ..., each also holding a halo of the "
+                                "others' passages linked to its own (shards.halo_*); serve each and put "
+                                "`routerag serve --shards URL,...` before them.")] = None,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
