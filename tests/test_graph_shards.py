@@ -79,6 +79,20 @@ def test_the_halo_holds_the_other_shards_passages_linked_through_an_entity_stron
     assert [len(h) for h in halo_rows(g, shard, ShardConfig(halo_max_entity_passages=0))] == [0, 0]
 
 
+def test_the_front_reads_seeding_candidates_of_a_shard_from_before_halos() -> None:
+    """A shard not yet upgraded reports an entity's passages and one weight (all its edges'): read as its own."""
+    fact = {"fact": ["tarsk", "trades", "amber"], "score": 0.9,
+            "ends": [["tarsk", 2.0, 3.0], ["amber", 1.0, 1.0]]}
+    old = {"dense": [["p1", 0.8]], "facts": [fact], "fact_range": [0.1, 0.9], "named": [["tarsk", 2.0, 3, 1, 3.0]]}
+    new = {"dense": [["p1", 0.8], ["p2", 0.5], ["p3", 0.2]], "facts": [{**fact, "ends": [["tarsk", 1.0, 1.0, 2.0], None]}],
+           "fact_range": [0.0, 0.9], "named": [["tarsk", 1.0, 3, 1, 1.0, 2.0]]}
+    [seeds] = global_seeds([[old], [new]], Settings().retrieval)
+    assert seeds.strength == {"tarsk": 3.0 + 1.0 + 2.0, "amber": 1.0}
+    # p1, reported by both shards (a halo copy), is one of the top 3 once: p1, p2, p3 min-max normalised
+    assert seeds.passages == pytest.approx({"p1": Settings().retrieval.passage_node_weight,
+                                            "p2": Settings().retrieval.passage_node_weight / 2})
+
+
 def test_one_shard_seeded_globally_is_the_unsharded_graph_search(retriever: Retriever) -> None:
     """The two stages over a single shard are exactly the index's own graph search: the same ranking, and scores
     equal up to the reset's total mass (the shard scales by it instead of normalising)."""

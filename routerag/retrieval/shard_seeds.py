@@ -182,8 +182,10 @@ def _entity_totals(cands: list[dict[str, Any]]) -> tuple[dict[str, float], dict[
     own: dict[str, float] = {}
     shared: dict[str, float] = {}
     for c in cands:
-        local = {end[0]: (end[1], end[2], end[3]) for f in c["facts"] for end in f["ends"] if end is not None}
-        local.update({row[0]: (row[1], row[4], row[5]) for row in c["named"]})
+        # a shard of the release before halos reports one edge weight, all its edges': read as its own
+        local = {end[0]: (end[1], end[2], end[3] if len(end) > 3 else 0.0)
+                 for f in c["facts"] for end in f["ends"] if end is not None}
+        local.update({row[0]: (row[1], row[4], row[5] if len(row) > 5 else 0.0) for row in c["named"]})
         for name, (n, w, e) in local.items():
             count[name] = count.get(name, 0.0) + n
             own[name] = own.get(name, 0.0) + w
