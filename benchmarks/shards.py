@@ -4,12 +4,15 @@
 (benchmarks/shard_server.py), queried through :class:`routerag.retrieval.shards.ShardedRetriever` one question at a
 time; N = 1 is the whole index behind one server (``--whole`` an index already built), the reference.
 ``--merge rrf`` makes the front merge graph and hybrid rankings by rank alone (the merge before the global
-seeding), for comparison.
+seeding), for comparison (with ``--halo-max-entity-passages 0``: RRF would count a halo copy twice). ``--halo-max-entity-passages`` and ``--halo-fraction`` set the shards' halo
+(``shards.halo_*``; 0: none). ``--in-process`` calls the shards' retrievers through the same two stages and merges
+in one process, all questions as one batch (no servers: recall only, no latency).
 
     python benchmarks/shards.py --corpus popqa_corpus.json --corpus 2wiki_corpus.json --questions q.json \
         --heldout popqa --shards 1,2,4 --out /tmp/shards
 
-Prints, per N and mode, recall@5 over the gold passages (by title) and the p50 / p95 of one fan-out.
+Prints each split's statistics and shard sizes, then per N and mode recall@5 over the gold passages (by title) and
+the p50 / p95 of one fan-out.
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ import httpx
 from graph_index.partition import SHARDS_FILE, build_shards
 from routerag.config import Settings
 from routerag.datasets import load_questions
-from routerag.retrieval.shards import ShardedRetriever
+from routerag.retrieval import Retriever
+from routerag.retrieval.shard_seeds import (
+    global_seeds,
+    rank_with_seeds,
+    seed_candidates,
+)
+from routerag.retrieval.shards import ShardedRetriever, fuse, merge_by_score
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,13 +50,45 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def shard_indexes(corpus: list[Path], n: int, out: Path, method: str) -> list[Path]:
-    """The N shard indexes of ``corpus`` under ``out/METHOD-nN``, built unless they exist."""
-    root = out / f"{method}-n{n}"
+def shard_indexes(corpus: list[Path], n: int, out: Path, shards: dict) -> list[Path]:
+    """The N shard indexes of ``corpus`` under ``out/METHOD-hHALO-FRACTION-nN``, built unless they exist; prints
+    the split's statistics and each shard's size."""
+    root = out / f"{shards['method']}-h{shards['halo_max_entity_passages']}-{shards['halo_fraction']}-n{n}"
     if not (root / SHARDS_FILE).exists():
-        cfg = Settings(shards={"method": method})
-        print(json.dumps(build_shards(corpus, root, cfg, n, progress=False, force=True)["partition"]), flush=True)
-    return sorted(root.glob("shard-*"))
+        build_shards(corpus, root, Settings(shards=shards), n, progress=False, force=True)
+    record = json.loads((root / SHARDS_FILE).read_text())
+    paths = sorted(root.glob("shard-*"))
+    mib = [round(sum(f.stat().st_size for f in p.resolve().iterdir() if f.is_file()) / 2**20, 1) for p in paths]
+    print(json.dumps({"shards": n, **record["partition"], "MiB": mib}), flush=True)
+    return paths
+
+
+def in_process(paths: list[Path], items: list, depth_factor: int) -> dict[str, list[list]]:
+    """Every mode's merged top 5 per question, the shards' retrievers called in this process through the two
+    stages the front runs (:meth:`ShardedRetriever._seeded_search`), all questions as one batch."""
+    cfg = Settings().retrieval
+    first = Retriever(paths[0], cfg)
+    shards = [first] + [Retriever(p, cfg, embedder=first.embedder) for p in paths[1:]]
+    queries = [it.question for it in items]
+    if len(shards) == 1:  # the whole index: its own search, the reference
+        return {mode: [r.docs for r in first.search(queries, mode, 5)] for mode in ("passage", "graph", "hybrid")}
+    depth = 5 * depth_factor
+    passages = [merge_by_score([r.docs for r in rows], depth) for rows in
+                zip(*(s.search(queries, "passage", depth) for s in shards))]
+    seeds = [g.to_json() for g in global_seeds([seed_candidates(s, queries) for s in shards], cfg)]
+    graph = [merge_by_score([r.docs for r in rows], depth) for rows in
+             zip(*(rank_with_seeds(s, queries, seeds, depth) for s in shards))]
+    return {"passage": [p[:5] for p in passages], "graph": [g[:5] for g in graph],
+            "hybrid": [fuse([p, g], 5, cfg.rrf_k) for p, g in zip(passages, graph)]}
+
+
+def recall(items: list, lists: list[list]) -> float:
+    rec = []
+    for it, docs in zip(items, lists):
+        gold = {g.title for g in it.supporting}
+        if gold:
+            rec.append(len({d.title for d in docs} & gold) / len(gold))
+    return round(statistics.mean(rec), 4)
 
 
 def serve(paths: list[Path], procs: list[subprocess.Popen]) -> list[str]:
@@ -103,6 +144,9 @@ def main() -> None:
     ap.add_argument("--method", choices=["communities", "round-robin"], default="communities")
     ap.add_argument("--merge", choices=["seeded", "rrf"], default="seeded")
     ap.add_argument("--whole", type=Path, help="The unsharded index for N = 1 (else built like a shard).")
+    ap.add_argument("--halo-max-entity-passages", type=int, default=Settings().shards.halo_max_entity_passages)
+    ap.add_argument("--halo-fraction", type=float, default=Settings().shards.halo_fraction)
+    ap.add_argument("--in-process", action="store_true", help="No servers: recall only.")
     ap.add_argument("--heldout", choices=["popqa"], help="Take PopQA's held-out 200 (notes/SPLITS.md: shuffled "
                                                           "with seed 0, items 300 to 500) instead of the first.")
     args = ap.parse_args()
@@ -111,13 +155,21 @@ def main() -> None:
         random.Random(0).shuffle(items)
         items = items[300:500]
     items = items[: args.limit]
+    shards = {"method": args.method, "halo_max_entity_passages": args.halo_max_entity_passages,
+              "halo_fraction": args.halo_fraction}
     for n in (int(x) for x in args.shards.split(",")):
-        paths = [args.whole] if n == 1 and args.whole else shard_indexes(args.corpus, n, args.out, args.method)
+        paths = [args.whole] if n == 1 and args.whole else shard_indexes(args.corpus, n, args.out, shards)
+        if args.in_process:
+            lists = in_process(paths, items, Settings().retrieval.rrf_depth)
+            for mode in ("passage", "graph", "hybrid"):
+                print(json.dumps({"shards": n, **shards, "mode": mode, "recall@5": recall(items, lists[mode])}),
+                      flush=True)
+            continue
         procs: list[subprocess.Popen] = []
         try:
             urls = serve(paths, procs)
             for mode in ("passage", "graph", "hybrid"):
-                row = {"shards": n, "method": args.method, "merge": args.merge, "mode": mode,
+                row = {"shards": n, **shards, "merge": args.merge, "mode": mode,
                        **asyncio.run(measure(urls, items, mode, args.merge))}
                 print(json.dumps(row), flush=True)
         finally:

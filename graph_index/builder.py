@@ -101,8 +101,10 @@ def build_index(
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
     batch_passages: int = BATCH_PASSAGES,
     batch_chars: int = BATCH_CHARS,
+    halo: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Build an index over ``corpus_paths`` into ``out`` and return its manifest.
+    """Build an index over ``corpus_paths`` into ``out`` and return its manifest. ``halo``: the ids of passages
+    this index holds for other shards (:mod:`~graph_index.partition`), recorded in the manifest.
 
     The corpus is read twice, streamed (:func:`~graph_index.corpus.iter_corpus`): once to count and check it, then
     in batches of ``batch_passages`` passages (or ``batch_chars`` characters) that are extracted, embedded and
@@ -126,7 +128,7 @@ def build_index(
                              progress)
         return _write_index(batches, n, comp, out, timer, previous=None, force=force, progress=progress,
                             op={"op": "build", "corpus": [str(p) for p in corpus_paths], "added": n},
-                            report=report, ostats=ostats)
+                            report=report, ostats=ostats, halo=halo)
 
 
 def _batched(passages: Iterator[Passage], size: int, chars: int, timer: Timer) -> Iterator[list[Passage]]:
@@ -322,6 +324,7 @@ def _write_index(
     report: LoadReport | None,
     ostats: ExtractionStats | None,
     known: tuple[dict[Any, np.ndarray], dict[Any, np.ndarray], dict[Any, np.ndarray]] | None = None,
+    halo: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Everything after extraction, into a new version of ``out``: the ``n`` passages of ``batches`` (with their
     OpenIE) are embedded and written to the version's files a batch at a time, keeping only what the graph needs;
@@ -329,7 +332,8 @@ def _write_index(
 
     Embeddings are reused from a previous version's rows and from ``known`` rows computed elsewhere (passage hash,
     entity, fact → vector, as a distributed build hands them over). ``report`` and ``ostats`` may still be filling
-    while ``batches`` runs: they are read once it is done."""
+    while ``batches`` runs: they are read once it is done. ``halo`` (or an update's previous halo): the shard's
+    passages it holds for its neighbours (``manifest["halo"]``), of those it still holds."""
     cfg = comp.cfg
     with timer("models"):
         emb = comp.get_embedder()
@@ -413,6 +417,9 @@ def _write_index(
             "versions": _versions(),
             "history": history,
         }
+        held_for_others = set(halo or (previous.manifest.get("halo", []) if previous is not None else []))
+        if held_for_others:
+            manifest["halo"] = [pid for pid in passage_ids if pid in held_for_others]
         t0 = time.perf_counter()
         store.write_index_files(
             tmp, manifest=manifest, passages=n, entities=content.entities, entity_passages=entity_passages,

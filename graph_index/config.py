@@ -253,6 +253,13 @@ class ShardConfig(StrictModel):
     """A shard holds at most (1 + this) × passages / N."""
     seed: int = 0
     """Seed of the community search (the same corpus and seed give the same split)."""
+    halo_max_entity_passages: int = Field(5, ge=0)
+    """A shard also holds, as its *halo*, the other shards' passages that share an entity with its own, so that a
+    PageRank walk through that entity is not cut; entities linked to more passages than this (hubs) do not pull
+    passages in. 0: no halo (each passage on one shard only)."""
+    halo_fraction: float = Field(0.5, ge=0)
+    """A shard's halo holds at most this × its own passages: the most strongly linked first (by the share of each
+    shared entity's passage edges that reaches the passage, as a walk at the entity splits its mass)."""
 
 
 class IndexConfig(StrictModel):

@@ -9,6 +9,12 @@ shards, largest first onto the lightest shard, and a community too large for one
 levels (the hierarchy Louvain returns), then by passage order. A round-robin split (``shards.method``), kept as the
 baseline, cuts a fact's two passages apart N−1 times in N; what the graph split cuts is reported as ``cut``.
 
+No split cuts nothing: an entity whose passages lie on two shards is two vertices, one on each, and a PageRank walk
+through it cannot cross. So each shard also holds a *halo* (:func:`halo_rows`): the other shards' passages that
+share a non-hub entity with its own, the most strongly linked first, bounded (``shards.halo_*``). A shard's graph
+then reaches across the cut, and a sharded search keeps each passage at its highest score over the shards that
+hold it (:mod:`routerag.retrieval.shard_seeds`); the halo's ids are listed in the shard's manifest (``halo``).
+
 Each shard is an ordinary index (``OUT/shard-000`` …), built by :func:`~graph_index.builder.build_index` from its
 own JSONL part; ``OUT/shards.json`` lists them with the partition's statistics.
 """
@@ -25,8 +31,9 @@ from typing import Any
 
 import igraph as ig
 import numpy as np
+import scipy.sparse as sp
 
-from .config import BuildConfig
+from .config import BuildConfig, ShardConfig
 from .corpus import Passage, load_corpus
 from .graph import build_graph, collect_content
 from .openie.base import OpenIEResult
@@ -116,9 +123,46 @@ def cut_statistics(g: ig.Graph, shard: np.ndarray) -> dict[str, float]:
             "passage_pairs_cut": round(cut / max(pairs, 1), 4)}
 
 
+def incidence(g: ig.Graph, n_pass: int) -> sp.csr_matrix:
+    """Passages × entities, each passage–entity edge's weight (mention or title); entity–entity edges left out."""
+    edges = np.asarray(g.get_edgelist(), dtype=np.int64).reshape(-1, 2)
+    weights = np.asarray(g.es["weight"] if g.ecount() else [], dtype=np.float64)
+    edges.sort(axis=1)
+    links = (edges[:, 0] < n_pass) & (edges[:, 1] >= n_pass)
+    return sp.csr_matrix((weights[links], (edges[links, 0], edges[links, 1] - n_pass)),
+                         shape=(n_pass, g.vcount() - n_pass))
+
+
+def halo_rows(g: ig.Graph, shard: np.ndarray, cfg: ShardConfig) -> list[np.ndarray]:
+    """Per shard, the rows of the other shards' passages it also holds: those that share an entity linked to at
+    most ``halo_max_entity_passages`` passages with one of its own, at most ``halo_fraction`` × its own passages,
+    the most strongly linked first: a passage's link through a shared entity weighs its share of the entity's
+    passage edges (what a walk at the entity sends it: a page through its title entity weighs most), summed over
+    the shared entities. Hubs stay out: a walk through one spreads thin, and it would pull half the corpus in."""
+    n_shards = int(shard.max()) + 1
+    if cfg.halo_max_entity_passages <= 0 or cfg.halo_fraction <= 0 or n_shards < 2:
+        return [np.empty(0, dtype=np.int64) for _ in range(n_shards)]
+    inc = incidence(g, len(shard))
+    count = np.diff(inc.tocsc().indptr)
+    keep = np.flatnonzero((count >= 2) & (count <= cfg.halo_max_entity_passages))
+    inc = inc[:, keep].tocsr()
+    share = inc @ sp.diags(1.0 / np.asarray(inc.sum(axis=0)).ravel())  # each entity's edges as fractions
+    out = []
+    for s in range(n_shards):
+        own = shard == s
+        touched = np.asarray(inc[np.flatnonzero(own)].sum(axis=0)).ravel() > 0
+        score = share @ touched.astype(np.float64)
+        score[own] = 0
+        rows = np.flatnonzero(score > 0)
+        rows = rows[np.lexsort((rows, -score[rows]))][: math.ceil(cfg.halo_fraction * int(own.sum()))]
+        out.append(np.sort(rows))
+    return out
+
+
 def partition(passages: Sequence[Passage], results: Sequence[OpenIEResult], cfg: BuildConfig, n_shards: int
-              ) -> tuple[np.ndarray, dict[str, Any]]:
-    """Per passage its shard (``shards.method``), and the split's statistics."""
+              ) -> tuple[np.ndarray, list[np.ndarray], dict[str, Any]]:
+    """Per passage its shard (``shards.method``), per shard its halo's rows (:func:`halo_rows`), and the split's
+    statistics."""
     g = passage_graph(passages, results, cfg)
     n = len(passages)
     if cfg.shards.method == "round-robin":
@@ -132,7 +176,9 @@ def partition(passages: Sequence[Passage], results: Sequence[OpenIEResult], cfg:
                  if g.ecount() else 0.0}
     stats["passages"] = np.bincount(shard, minlength=n_shards).tolist()
     stats.update(cut_statistics(g, shard))
-    return shard, stats
+    halo = halo_rows(g, shard, cfg.shards)
+    stats["halo"] = [len(h) for h in halo]
+    return shard, halo, stats
 
 
 def build_shards(corpus_paths: Sequence[str | Path], out: Path, cfg: BuildConfig, n_shards: int, *,
@@ -155,16 +201,17 @@ def build_shards(corpus_paths: Sequence[str | Path], out: Path, cfg: BuildConfig
         raise ValueError(f"--shards {n_shards} is more than the corpus's {len(passages)} passages")
     preset = load_openie_results(openie_results) if openie_results else None
     results, _ = _extract(comp, passages, preset, progress=progress)
-    shard, stats = partition(passages, results, cfg, n_shards)
+    shard, halo, stats = partition(passages, results, cfg, n_shards)
     log.info("partition: %s", stats)
-    return _write_shards(passages, shard, out, cfg, comp, stats, force=force, progress=progress,
+    return _write_shards(passages, shard, halo, out, cfg, comp, stats, force=force, progress=progress,
                          openie_results=openie_results)
 
 
-def _write_shards(passages: Sequence[Passage], shard: np.ndarray, out: Path, cfg: BuildConfig, comp: Any,
-                  stats: dict[str, Any], *, force: bool, progress: bool, openie_results: Path | None
-                  ) -> dict[str, Any]:
-    """Each shard's passages as a JSONL part, built into ``out/shard-NNN``; then ``out/shards.json``."""
+def _write_shards(passages: Sequence[Passage], shard: np.ndarray, halo: list[np.ndarray], out: Path,
+                  cfg: BuildConfig, comp: Any, stats: dict[str, Any], *, force: bool, progress: bool,
+                  openie_results: Path | None) -> dict[str, Any]:
+    """Each shard's passages, then its halo's, as a JSONL part, built into ``out/shard-NNN``; then
+    ``out/shards.json``."""
     from .atomic import write_text_atomic
     from .builder import build_index
 
@@ -174,10 +221,11 @@ def _write_shards(passages: Sequence[Passage], shard: np.ndarray, out: Path, cfg
         for i in range(int(shard.max()) + 1):
             part = Path(tmp) / f"{shard_name(i)}.jsonl"
             rows = np.flatnonzero(shard == i)
-            part.write_text("".join(json.dumps(passages[r].to_json()) + "\n" for r in rows), encoding="utf-8")
+            held = np.concatenate([rows, halo[i]])
+            part.write_text("".join(json.dumps(passages[r].to_json()) + "\n" for r in held), encoding="utf-8")
             build_index([part], out / shard_name(i), cfg, force=force, progress=progress, components=comp,
-                        openie_results=openie_results)
-            entries.append({"name": shard_name(i), "passages": len(rows)})
+                        openie_results=openie_results, halo=[passages[r].id for r in halo[i]])
+            entries.append({"name": shard_name(i), "passages": len(rows), "halo": len(halo[i])})
     record = {"shards": entries, "partition": stats}
     write_text_atomic(out / SHARDS_FILE, json.dumps(record, indent=2) + "\n")
     return record

@@ -82,8 +82,9 @@ def build_graph_cmd(
     ray_batch_size: Annotated[int, typer.Option(help="Passages per Ray batch (one result file each).")] = 256,
     shards: Annotated[Optional[int], typer.Option(
         "--shards", min=1, help="Split the corpus into N shards along the graph's communities (shards.method) and "
-                                "build one index each, OUT/shard-000 ...; serve each and put `routerag serve "
-                                "--shards URL,...` before them.")] = None,
+                                "build one index each, OUT/shard-000 ..., each also holding a halo of the "
+                                "others' passages linked to its own (shards.halo_*); serve each and put "
+                                "`routerag serve --shards URL,...` before them.")] = None,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
     json_out: JsonOpt = False,
@@ -116,7 +117,8 @@ def build_graph_cmd(
         if json_out:
             print_json(record)
         else:
-            names = ", ".join(f"{s['name']} ({s['passages']:,} passages)" for s in record["shards"])
+            names = ", ".join(f"{s['name']} ({s['passages']:,} passages + {s.get('halo', 0):,} halo)"
+                              for s in record["shards"])
             console.print(f"built {len(record['shards'])} shards in {out}: {names}; partition {record['partition']}")
         return
     if ray is not None:

@@ -16,7 +16,15 @@ another shard's best: scores do not compare, and only a rank fusion was left. Tw
    of the mass one graph would give, and the front merges all shards' lists by score.
 
 When no link crosses shards (a graph-aware split keeps most inside one) this equals the unsharded search; an entity
-on several shards is seeded on each, and a path through it that crosses shards is still lost.
+on several shards is seeded on each, and a path through it that crosses shards is lost. Hence the *halo*
+(:func:`graph_index.partition.halo_rows`): a shard also holds the other shards' passages that share a non-hub entity
+with its own (their ids in its manifest's ``halo``), so its graph reaches across the cut. Each shard then
+approximates the one-graph PageRank over the part of the graph it holds, from every seed it holds (a halo passage
+seeds as well), and answers with every passage it holds (:func:`rank_with_seeds`); the front keeps each passage
+once, at its highest score: a halo bounded in size reaches across a cut from one side or the other, and the copy
+whose shard holds more of the paths to it scores it higher (measured: the highest beat the owner's score, 0.70 to
+0.69 graph recall@5 at 4 shards, docs/research/2026-11-28-shard-halo.md). Counts and edge weights a shard reports are its own passages', so
+summed over the shards they are the whole corpus's, halo or not; the dense candidates are merged by passage id.
 """
 
 from __future__ import annotations
@@ -44,8 +52,7 @@ def seed_candidates(retriever: Retriever, queries: list[str]) -> list[dict[str, 
     seed_n = min(max(cfg.dense_seed_passages, 0), retriever.n_passages)
     dense = retriever.dense_hits(q, seed_n) if seed_n else None
     names = data.vertex_label
-    counts = retriever.entity_passages
-    strength = _strengths(retriever)
+    counts, own_w, _, entity_w = _owned_links(retriever)
     out: list[dict[str, Any]] = [{"dense": [], "facts": [], "fact_range": None, "named": []} for _ in queries]
     if dense is not None:
         for r in range(len(queries)):
@@ -55,12 +62,13 @@ def seed_candidates(retriever: Retriever, queries: list[str]) -> list[dict[str, 
         for r in range(len(queries)):
             out[r]["fact_range"] = [float(m.lo[r]), float(m.hi[r])]
             out[r]["facts"] = [{"fact": list(retriever.facts[int(j)]), "score": float(x),
-                                "ends": [[names(int(v)), float(counts[v]), float(strength[v])] if v >= 0 else None
+                                "ends": [[names(int(v)), float(counts[v]), float(own_w[v]), float(entity_w[v])]
+                                         if v >= 0 else None
                                          for v in retriever.fact_ends[int(j)]]}
                                for j, x in zip(m.top[r], m.scores[r])]
     if cfg.query_entity_weight > 0:
         for r, query in enumerate(queries):
-            out[r]["named"] = [[name, float(counts[v]), start, n, float(strength[v])]
+            out[r]["named"] = [[name, float(counts[v]), start, n, float(own_w[v]), float(entity_w[v])]
                               for name, v, start, n in _named(data, query)]
     return out
 
@@ -79,7 +87,7 @@ def _named(data: Any, query: str) -> list[tuple[str, int, int, int]]:
 
 def _named_globally(cands: list[dict[str, Any]]) -> list[str]:
     """The longest non-overlapping names among every shard's matches (longest first, then leftmost)."""
-    spans = sorted({(int(n), int(start), name) for c in cands for name, _, start, n, _ in c["named"]},
+    spans = sorted({(int(n), int(start), name) for c in cands for name, _, start, n, *_ in c["named"]},
                    key=lambda s: (-s[0], s[1]))
     taken: set[int] = set()
     chosen = []
@@ -91,22 +99,46 @@ def _named_globally(cands: list[dict[str, Any]]) -> list[str]:
     return chosen
 
 
-def _strengths(retriever: Retriever) -> np.ndarray:
-    """Per vertex the sum of its edge weights (cached on the retriever): how a seed entity's mass leaves it."""
-    strength = getattr(retriever, "_shard_strength", None)
-    if strength is None:
-        # the weighted degree from the mapped adjacency (igraph's strength: a self-loop's weight counts twice)
+def owned_mask(retriever: Retriever) -> np.ndarray:
+    """Per passage row whether this shard owns it (False: a halo passage it holds for a neighbour; cached)."""
+    owned = getattr(retriever, "_shard_owned", None)
+    if owned is None:
+        halo = set(retriever.data.manifest.get("halo", ()))
+        owned = np.ones(retriever.n_passages, dtype=bool)
+        if halo:
+            owned = np.fromiter((p.id not in halo for p in retriever.passages), bool, retriever.n_passages)
+        retriever._shard_owned = owned  # type: ignore[attr-defined]
+    return owned
+
+
+def _owned_links(retriever: Retriever) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per vertex (cached): the passages it is linked to that this shard owns, the weight of its edges to those,
+    to every passage this shard holds, and to other entities. An entity's seed divides between shards by these
+    weights (the walk's first step from it). Summed over the shards, the owned columns are the corpus's (a
+    passage mentioning an entity without an edge, a common noun at ``common_mention_weight`` 0, is counted where it
+    is held); entity–entity edges are the same on every shard that holds the facts making them, so the front
+    takes their largest."""
+    cached = getattr(retriever, "_shard_links", None)
+    if cached is None:
         adj = retriever.data.compact_graph.adjacency()
-        strength = np.asarray(adj.sum(axis=1), dtype=np.float64).ravel() + adj.diagonal()
-        retriever._shard_strength = strength  # type: ignore[attr-defined]
-    return strength
+        n = retriever.n_passages
+        owned = owned_mask(retriever)
+        halo = adj[:, np.flatnonzero(~owned)]
+        counts = np.asarray(retriever.entity_passages, dtype=np.float64) - np.asarray((halo > 0).sum(axis=1)).ravel()
+        to_passages = np.asarray(adj[:, :n].sum(axis=1), dtype=np.float64).ravel()
+        to_own = to_passages - np.asarray(halo.sum(axis=1), dtype=np.float64).ravel()
+        to_entities = np.asarray(adj[:, n:].sum(axis=1), dtype=np.float64).ravel()
+        cached = (counts, to_own, to_passages, to_entities)
+        retriever._shard_links = cached  # type: ignore[attr-defined]
+    return cached
 
 
 @dataclass(slots=True)
 class GlobalSeeds:
     """One query's seeding over all shards: passage id → weight, entity name → weight, and each seed entity's
-    edge weight summed over the shards that reported it (a shard keeps the share of an entity's seed that its own
-    edges of it carry, as PageRank on one graph would send it: an entity on two shards is not seeded twice)."""
+    edge weight over the corpus (:func:`_entity_totals`). A shard seeds the share of an entity that its edges of it
+    carry, as PageRank on one graph would send it: an entity on two shards is not seeded twice over, and one whose
+    every passage a shard holds, through its halo, is seeded whole there."""
 
     passages: dict[str, float]
     entities: dict[str, float]
@@ -125,7 +157,11 @@ def global_seeds(per_shard: list[list[dict[str, Any]]], cfg: RetrievalConfig) ->
 def _one_query(cands: list[dict[str, Any]], cfg: RetrievalConfig) -> GlobalSeeds:
     passages, strength = _entity_totals(cands)
     seeds = GlobalSeeds({}, {}, strength)
-    dense = sorted((tuple(d) for c in cands for d in c["dense"]), key=lambda d: -d[1])[: cfg.dense_seed_passages]
+    best: dict[str, float] = {}
+    for c in cands:  # a halo passage is reported by its owner and by its neighbours: once, by id
+        for pid, score in c["dense"]:
+            best[pid] = max(score, best.get(pid, score))
+    dense = sorted(best.items(), key=lambda d: -d[1])[: cfg.dense_seed_passages]
     if dense:
         norm = _minmax_rows(np.asarray([[s for _, s in dense]], dtype=np.float32))[0] * cfg.passage_node_weight
         for (pid, _), w in zip(dense, norm):
@@ -140,16 +176,21 @@ def _one_query(cands: list[dict[str, Any]], cfg: RetrievalConfig) -> GlobalSeeds
 
 
 def _entity_totals(cands: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
-    """Entity name → its passages, and its edge weight, on every shard that reported it (each shard's own, summed)."""
+    """Entity name → its passages, and its edge weight, over the corpus: each shard's own passages and their
+    edges summed, plus the largest entity–entity weight a shard reported (see :func:`_owned_links`)."""
     count: dict[str, float] = {}
-    strength: dict[str, float] = {}
+    own: dict[str, float] = {}
+    shared: dict[str, float] = {}
     for c in cands:
-        local = {end[0]: (end[1], end[2]) for f in c["facts"] for end in f["ends"] if end is not None}
-        local.update({row[0]: (row[1], row[4]) for row in c["named"]})
-        for name, (n, w) in local.items():
+        # a shard of the release before halos reports one edge weight, all its edges': read as its own
+        local = {end[0]: (end[1], end[2], end[3] if len(end) > 3 else 0.0)
+                 for f in c["facts"] for end in f["ends"] if end is not None}
+        local.update({row[0]: (row[1], row[4], row[5] if len(row) > 5 else 0.0) for row in c["named"]})
+        for name, (n, w, e) in local.items():
             count[name] = count.get(name, 0.0) + n
-            strength[name] = strength.get(name, 0.0) + w
-    return count, strength
+            own[name] = own.get(name, 0.0) + w
+            shared[name] = max(shared.get(name, 0.0), e)
+    return count, {name: own[name] + shared[name] for name in own}
 
 
 def _fact_seeds(cands: list[dict[str, Any]], cfg: RetrievalConfig, passages: dict[str, float],
@@ -187,11 +228,13 @@ def _fact_seeds(cands: list[dict[str, Any]], cfg: RetrievalConfig, passages: dic
 
 def rank_with_seeds(retriever: Retriever, queries: list[str], seeds: list[dict[str, Any]], k: int
                     ) -> list[RetrievalResult]:
-    """Stage 3: each query's top ``k`` passages of this shard by PageRank from the global seeding, scaled by the
-    seed mass this shard holds (comparable across shards; 0 where it holds none)."""
+    """Stage 3: each query's top ``k`` passages of this shard (its halo's too: the front keeps a passage's highest
+    score) by PageRank from the global seeding, from every seed it holds, scaled by the seed mass this shard holds
+    (comparable across shards; 0 where it holds none)."""
     retriever._ensure_graph()
     rows = _passage_rows(retriever)
-    strength = _strengths(retriever)
+    _, _, to_passages, to_entities = _owned_links(retriever)
+    strength = to_passages + to_entities
     out = []
     for query, seed in zip(queries, seeds, strict=True):
         reset: dict[int, float] = {}
@@ -208,9 +251,9 @@ def rank_with_seeds(retriever: Retriever, queries: list[str], seeds: list[dict[s
         docs: list[RetrievedDoc] = []
         if mass > 0:
             scores = retriever.ppr(reset)[: retriever.n_passages] * mass
-            top = np.argsort(-scores, kind="stable")[:k]
-            docs = [RetrievedDoc(retriever.passages[i].id, retriever.passages[i].title, retriever.passages[i].text,
-                                 float(scores[i])) for i in top]
+            for i in np.argsort(-scores, kind="stable")[:k]:
+                p = retriever.passages[int(i)]
+                docs.append(RetrievedDoc(p.id, p.title, p.text, float(scores[i])))
         out.append(RetrievalResult(query, "graph", docs, {}))
     return out
 

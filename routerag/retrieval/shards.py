@@ -14,9 +14,10 @@ works). The merge follows what the scores mean:
   make is sent to every shard, and their PageRank masses, scaled by the seed mass each holds, are merged by score;
   ``hybrid`` then fuses the merged passage and graph lists as one index does. Other ``/retrieve`` servers get the
   rank-only merge: their rankings fused by Reciprocal Rank Fusion
-  (:func:`~routerag.retrieval.fusion.reciprocal_rank_fusion`). Either way a fact that links passages on two shards
-  is seen by neither: split the corpus along the graph (``routerag build-graph --shards N``), and
-  ``benchmarks/shards.py`` measures what remains.
+  (:func:`~routerag.retrieval.fusion.reciprocal_rank_fusion`). A fact that links passages on two shards is seen by
+  neither unless a shard holds both: split the corpus along the graph (``routerag build-graph --shards N``), whose
+  shards also hold a halo of their neighbours' linked passages (a passage several shards return is kept once, at
+  its highest score), and ``benchmarks/shards.py`` measures what remains.
 
 A shard that fails or does not answer within the timeout degrades the result, it does not fail it: the result says
 which shards answered. Only when none answers is the search an error.
