@@ -292,10 +292,10 @@ def cmd_report(args: argparse.Namespace) -> None:
     out = {"rows": rows, "fits": fits}
     (results / f"report{tail}.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
-    plot(rows, fits, Path(args.plot))
+    plot(rows, fits, Path(args.plot), args.profiles)
 
 
-def plot(rows: list[dict], fits: dict, out: Path) -> None:
+def plot(rows: list[dict], fits: dict, out: Path, profile: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -323,7 +323,8 @@ def plot(rows: list[dict], fits: dict, out: Path) -> None:
         ax.set_title(title)
         ax.legend(fontsize=7)
         ax.grid(True, which="both", alpha=0.3)
-    fig.suptitle("Synthetic indexes with the PopQA index's degree distribution (benchmarks/growth.py)")
+    what = f", retrieval profile {profile}" if profile else ""
+    fig.suptitle(f"Synthetic indexes with the PopQA index's degree distribution{what} (benchmarks/growth.py)")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
