@@ -160,7 +160,9 @@ class Service:
         name = visible_index(access, list(self.served), name)
         if write and getattr(self.served[name], "shards", None) is not None:
             raise APIError(409, "conflict", f"index {name!r} is served from shards: add and delete documents on "
-                                            "the shard servers")
+                                            "the shard servers (a passage can be held by several: its own shard "
+                                            "and its neighbours' halos, each listed in the shard's manifest; "
+                                            "delete it on each)")
         if write and not access.can_write(name):
             raise APIError(403, "forbidden", f"this key may not change index {name!r}"
                                              + (" (writes need server.admin_key)" if self.settings.server.admin_key
