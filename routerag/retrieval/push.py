@@ -7,8 +7,9 @@ degrees ``D``, ``p = (1-d) r + d A D⁻¹ p``, normalised to sum 1. Push keeps a
 with the invariant ``p_true = p + PPR(q)`` (PPR is linear in its reset). Pushing vertex ``u`` moves ``(1-d) q[u]``
 into ``p[u]`` and spreads ``d q[u] A[v,u] / D[u]`` to each neighbour ``v``. It runs in the solver's scaled variables
 ``x = D^-½ q`` on its matrix ``S = D^-½ A D^-½`` (the spread is then ``d S[v,u] x[u]``), or scales ``A``'s entries
-by ``D^-½`` at both ends as it reads them, so no second copy of the graph is made. Every vertex whose residual is at least ``eps · D[u]`` is pushed at once (one numpy frontier per
-round), until none is left above its threshold or ``max_edges`` edges were scanned.
+by ``D^-½`` at both ends as it reads them, so no second copy of the graph is made. Every vertex whose residual is
+at least ``eps · D[u]`` is pushed at once (one numpy frontier per round), until none is left above its threshold or
+``max_edges`` edges were scanned.
 
 Error bound (what :class:`LocalScores` reports). On an undirected graph ``PPR(e_u)[v] / D[v] = PPR(e_v)[u] / D[u]``,
 so when every residual is below ``eps · D[u]``, ``p_true[v] − p[v] < eps · D[v]``: every vertex's (unnormalised)

@@ -23,8 +23,9 @@ approximates the one-graph PageRank over the part of the graph it holds, from ev
 seeds as well), and answers with every passage it holds (:func:`rank_with_seeds`); the front keeps each passage
 once, at its highest score: a halo bounded in size reaches across a cut from one side or the other, and the copy
 whose shard holds more of the paths to it scores it higher (measured: the highest beat the owner's score, 0.70 to
-0.69 graph recall@5 at 4 shards, docs/research/2026-11-28-shard-halo.md). Counts and edge weights a shard reports are its own passages', so
-summed over the shards they are the whole corpus's, halo or not; the dense candidates are merged by passage id.
+0.69 graph recall@5 at 4 shards, docs/research/2026-11-28-shard-halo.md). Counts and edge weights a shard reports
+are its own passages', so summed over the shards they are the whole corpus's, halo or not; the dense candidates are
+merged by passage id.
 """
 
 from __future__ import annotations
