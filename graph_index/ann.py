@@ -13,9 +13,9 @@ rescored exactly from the (mapped) float32 rows by :func:`search`, so every scor
 product.
 
 Why IVF for the largest tables: HNSW's insert is the slow part of a build (100k rows took 262 s on 2 busy cores,
-about 6 h for the 8.8M facts of a million passages), and FAISS reads HNSW into anonymous memory (5.6 GB there).
-An inverted file is trained on a sample and fills its cells at about 40 s per million rows on the same 2 cores,
-and FAISS maps its cells from the file, so it costs no anonymous memory. Its recall per unit of time is lower on
+≈6 h at that rate for the 8.8M facts of a million passages), and FAISS reads HNSW into anonymous memory (5.6 GB
+there). An inverted file is trained on a sample and fills its cells at about 40 s per million rows on the same 2
+cores, and FAISS maps its cells from the file, so it costs no anonymous memory. Its recall per unit of time is lower on
 real questions (above), which is why it is kept for sizes HNSW cannot reach.
 """
 
@@ -39,8 +39,8 @@ EF_CONSTRUCTION = 64
 ADD_CHUNK = 65_536
 """Rows added per step: a mapped matrix is read a chunk at a time, and progress is logged."""
 IVF_TRAIN_PER_CELL = 20
-"""Training rows per IVF cell (k-means, 10 iterations): FAISS asks for 39 and warns below; 20 trains the 8,192
-cells of 8.8M facts in about a minute on 2 cores, and the cells only route the search (codes are rescored)."""
+"""Training rows per IVF cell (k-means, 10 iterations): FAISS asks for 39 and warns below; 20 halves the k-means
+work, and the cells only route the search (its candidates are rescored exactly)."""
 
 
 def build(vectors: np.ndarray, *, name: str = "rows", ivf_from_rows: int = 0) -> faiss.Index:
