@@ -59,3 +59,20 @@ def test_push_touches_only_the_neighbourhood_and_stops_at_its_work_bound() -> No
     assert abs((ref - got).sum() - cut.l1_error) < 1e-5 and cut.l1_error > 0.01
     with pytest.raises(ValueError):
         _push(g, 1e-3).solve(np.array([0]), np.array([-1.0]))
+
+
+def test_kept_work_arrays_give_each_query_what_fresh_ones_give() -> None:
+    """Queries one after another reuse the work arrays, cleared where the last one touched them: the result of each
+    equals a fresh solver's, whatever ran before (a failed query included)."""
+    g = random_graph(2)
+    n = g.vcount()
+    push = _push(g, 1e-6, on_graph=True)
+    queries = [(np.array([0, 5]), np.array([1.0, 2.0])), (np.array([n - 2]), np.array([1.0])),
+               (np.array([3, 4, 7]), np.array([0.2, 0.3, 0.5]))]
+    for seeds, weights in queries * 2:
+        got = push.solve(seeds, weights)
+        want = _push(g, 1e-6, on_graph=True).solve(seeds, weights)
+        np.testing.assert_array_equal(got.vertices, want.vertices)
+        np.testing.assert_array_equal(got.scores, want.scores)
+        with pytest.raises(ValueError):
+            push.solve(seeds, -weights)
