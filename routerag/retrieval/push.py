@@ -125,14 +125,12 @@ class PushPPR:
         except queue.Empty:  # the first query, or more at once than are kept
             p, x, seen = self._zeroed()
         touched: list[np.ndarray] = []
-        try:
-            return self._push(seeds, w / total_w, p, x, seen, touched)
-        finally:  # only what this query touched is set: clear it and keep the arrays for the next one
-            if touched:
-                t = np.concatenate(touched)
-                p[t], x[t], seen[t] = 0.0, 0.0, False
-            if self._scratch.qsize() < SCRATCH_KEPT:
-                self._scratch.put((p, x, seen))
+        result = self._push(seeds, w / total_w, p, x, seen, touched)  # raised: the arrays are dropped, not kept
+        t = np.concatenate(touched)  # only what this query touched is set: clear it, keep the arrays for the next
+        p[t], x[t], seen[t] = 0.0, 0.0, False
+        if self._scratch.qsize() < SCRATCH_KEPT:
+            self._scratch.put((p, x, seen))
+        return result
 
     def _zeroed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Estimate, scaled residual (x = D^-1/2 q) and seen flags, all zero (calloc'd: pages come on touch)."""
