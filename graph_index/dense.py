@@ -6,8 +6,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import faiss
 import numpy as np
@@ -159,3 +161,22 @@ def maybe_to_gpu(index: faiss.Index, cfg: DenseIndexConfig) -> faiss.Index:
 
 def describe(index: faiss.Index) -> str:
     return type(faiss.downcast_index(index)).__name__
+
+
+def read_mapped(path: Path) -> faiss.Index | None:
+    """The FAISS index at ``path`` with its vectors mapped from the file: a flat index's codes
+    (``IO_FLAG_MMAP_IFC``), an IVF index's inverted lists (``IO_FLAG_MMAP``); None for a kind faiss reads only into
+    memory (HNSW), which the caller then reads."""
+    with open(path, "rb") as f:
+        fourcc = f.read(4)
+    if fourcc in (b"IxFI", b"IxF2", b"IxFl"):  # IndexFlatIP, IndexFlatL2, IndexFlat
+        flag = getattr(faiss, "IO_FLAG_MMAP_IFC", None)
+    elif fourcc.startswith(b"Iw"):  # the IndexIVF family
+        flag = getattr(faiss, "IO_FLAG_MMAP", None)
+    else:
+        return None
+    if flag is None:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return faiss.read_index(str(path), flag | faiss.IO_FLAG_READ_ONLY)

@@ -37,7 +37,6 @@ import mmap
 import os
 import shutil
 import sys
-import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -53,7 +52,7 @@ from . import ann, csr, integrity, versions
 from .atomic import atomic_path
 from .config import AnnConfig, DenseIndexConfig, IndexConfig
 from .corpus import Passage, append_jsonl, write_jsonl
-from .dense import maybe_to_gpu
+from .dense import maybe_to_gpu, read_mapped
 from .graph import ENTITY_PREFIX
 from .layout import (ALL_FILES, ANN_FILES, CSR_FILES, DENSE, ENTITIES, ENTITY_EMB, FACT_EMB, FACT_EMB_F16, FACTS,
                      FORMAT, FORMAT_VERSION, GRAPH, MANIFEST, OPENIE, PASSAGE_EMB, PASSAGES, REBUILD_HINT, SYNONYMS,
@@ -507,7 +506,7 @@ class IndexData:
     def dense(self) -> faiss.Index:
         path = self.path / DENSE
         try:
-            index = _read_faiss_mapped(path)
+            index = read_mapped(path)
             self.__dict__["_dense_mapped"] = index is not None
             if index is None:
                 index = faiss.read_index(str(path))
@@ -681,22 +680,3 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
-
-
-def _read_faiss_mapped(path: Path) -> faiss.Index | None:
-    """The FAISS index at ``path`` with its vectors mapped from the file: a flat index's codes
-    (``IO_FLAG_MMAP_IFC``), an IVF index's inverted lists (``IO_FLAG_MMAP``); None for a kind faiss reads only into
-    memory (HNSW), which the caller then reads."""
-    with open(path, "rb") as f:
-        fourcc = f.read(4)
-    if fourcc in (b"IxFI", b"IxF2", b"IxFl"):  # IndexFlatIP, IndexFlatL2, IndexFlat
-        flag = getattr(faiss, "IO_FLAG_MMAP_IFC", None)
-    elif fourcc.startswith(b"Iw"):  # the IndexIVF family
-        flag = getattr(faiss, "IO_FLAG_MMAP", None)
-    else:
-        return None
-    if flag is None:
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return faiss.read_index(str(path), flag | faiss.IO_FLAG_READ_ONLY)

@@ -160,17 +160,17 @@ def test_loading_and_reading_the_matrices_does_not_grow_anonymous_memory(idx: Pa
 def test_an_ivf_index_is_read_with_its_lists_mapped(tmp_path: Path) -> None:
     import faiss
 
-    from graph_index.store import _read_faiss_mapped
+    from graph_index.dense import read_mapped
 
     x = np.random.default_rng(0).standard_normal((2000, 16), dtype=np.float32)
     ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(16), 16, 8, faiss.METRIC_INNER_PRODUCT)
     ivf.train(x)
     ivf.add(x)
     faiss.write_index(ivf, str(tmp_path / "ivf.faiss"))
-    got = _read_faiss_mapped(tmp_path / "ivf.faiss")
+    got = read_mapped(tmp_path / "ivf.faiss")
     assert got is not None and got.ntotal == 2000
     assert np.array_equal(got.search(x[:3], 4)[1], ivf.search(x[:3], 4)[1])
     hnsw = faiss.IndexHNSWFlat(16, 8)
     hnsw.add(x)
     faiss.write_index(hnsw, str(tmp_path / "hnsw.faiss"))
-    assert _read_faiss_mapped(tmp_path / "hnsw.faiss") is None
+    assert read_mapped(tmp_path / "hnsw.faiss") is None
