@@ -76,3 +76,20 @@ def test_kept_work_arrays_give_each_query_what_fresh_ones_give() -> None:
         np.testing.assert_array_equal(got.scores, want.scores)
         with pytest.raises(ValueError):
             push.solve(seeds, -weights)
+
+
+def test_concurrent_queries_share_the_kept_arrays_safely() -> None:
+    """16 threads at once on one solver (a server's worker threads): each gets what a fresh solver gives."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    g = random_graph(3)
+    n = g.vcount()
+    push = _push(g, 1e-6, on_graph=True)
+    rng = np.random.default_rng(5)
+    queries = [(rng.integers(0, n, 3), rng.random(3) + 0.1) for _ in range(64)]
+    want = [_push(g, 1e-6, on_graph=True).solve(s, w) for s, w in queries]
+    with ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(lambda q: push.solve(*q), queries))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.vertices, b.vertices)
+        np.testing.assert_array_equal(a.scores, b.scores)
