@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from routerag.policy import LoopConfig, PolicyLoop
-from routerag.policy.extractive import (ExtractiveReader, ReaderAnswer, is_yes_no, read_reader_card, sentence_at,
-                                        shipped_reader_path)
+from routerag.policy.extractive import (ExtractiveReader, ReaderAnswer, clip_question, is_yes_no, read_reader_card,
+                                        sentence_at, shipped_reader_path)
 from routerag.policy.citations import Citation
 from routerag.prompts import REFUSAL_ANSWER
 from routerag.retrieval.types import RetrievedDoc
@@ -142,6 +142,20 @@ def test_the_shipped_reader_does_not_answer_a_two_hop_question_with_a_page_named
                                                    "Tessaly Conservatory.", 0.9)]
     read = reader.read_sync("In which city was the composer of The Glass Lighthouse born?", docs)
     assert read.answer == "Kestrel Harbor" and read.citation.title == "Marisol Vantreigh"
+
+
+def test_a_question_longer_than_a_window_is_clipped_not_refused() -> None:
+    """The tokenizer raises when a question leaves a window less room than the stride (a pasted paragraph as the
+    question); the reader keeps the question's two ends and reads."""
+    reader = ExtractiveReader(abstain_below=0.0)
+    question = ("In which city was the composer born, " + "the opera that premiered in the harbour, " * 30
+                + "asked the long question?")
+    clipped = clip_question(reader.tokenizer, question, reader.card.max_length // 2)
+    assert clipped.startswith("In which city was the composer born") and clipped.endswith("the long question?")
+    assert len(reader.tokenizer(clipped, add_special_tokens=False)["input_ids"]) <= reader.card.max_length // 2 + 3
+    doc = RetrievedDoc("m", "Marisol Vantreigh", "Marisol Vantreigh was born in Kestrel Harbor.", 1.0)
+    assert reader.read_sync(question, [doc]).answer == "Kestrel Harbor"
+    assert clip_question(reader.tokenizer, "  Who wrote  it? ", 64) == "Who wrote it?"
 
 
 def test_a_span_never_runs_from_the_title_into_the_text() -> None:

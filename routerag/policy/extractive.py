@@ -175,11 +175,25 @@ def load_span_model(folder: Path, card: ReaderCard, *, check_base: bool = True) 
     return model.eval()
 
 
+def clip_question(tokenizer: Any, question: str, limit: int) -> str:
+    """The question, or its first and last ``limit // 2`` tokens where it is longer than ``limit``: a window must
+    keep room for the document (the tokenizer refuses a question that leaves less than the stride), and a long
+    question's ends hold what it asks ("In which city ..., born?")."""
+    question = " ".join(question.split())
+    enc = tokenizer(question, add_special_tokens=False, return_offsets_mapping=True)
+    spans = enc["offset_mapping"]
+    if len(spans) <= limit:
+        return question
+    half = limit // 2
+    return f"{question[:spans[half - 1][1]]} ... {question[spans[-half][0]:]}"
+
+
 def window_inputs(tokenizer: Any, questions: Sequence[str], contexts: Sequence[str], card: ReaderCard, *,
                   tensors: bool = True) -> Any:
     """Each question with its context, cut into overlapping windows (the trainer's and the reader's one
-    featurisation)."""
-    return tokenizer([" ".join(q.split()) for q in questions], list(contexts), truncation="only_second",
+    featurisation). A question longer than half a window is clipped (:func:`clip_question`)."""
+    limit = card.max_length // 2
+    return tokenizer([clip_question(tokenizer, q, limit) for q in questions], list(contexts), truncation="only_second",
                      max_length=card.max_length, stride=card.stride, return_overflowing_tokens=True,
                      return_offsets_mapping=True, padding="longest" if tensors else False,
                      return_tensors="pt" if tensors else None)
