@@ -57,3 +57,11 @@ def test_rows_hold_their_answer_in_the_passage_not_in_the_question(tmp_path: Pat
 
 def test_the_same_seed_makes_the_same_questions() -> None:
     assert list(cloze_rows(PASSAGES, seed=3)) == list(cloze_rows(PASSAGES, seed=3))
+
+
+def test_numeric_only_keeps_numbers_and_dates() -> None:
+    from training.cloze import NUMERIC_LABELS
+
+    rows = list(cloze_rows(PASSAGES, per_passage=3, labels=NUMERIC_LABELS))
+    assert rows and {r["type"] for r in rows} <= {f"cloze-{label.lower()}" for label in NUMERIC_LABELS}
+    assert all(any(ch.isdigit() for ch in r["answers"][0]) for r in rows)

@@ -93,9 +93,15 @@ def answer_spans(sentence: Any) -> list[tuple[Any, str]]:
     return spans
 
 
-def cloze_rows(passages: Iterable[dict[str, str]], per_passage: int = 2, seed: int = 0) -> Iterator[dict]:
+NUMERIC_LABELS = frozenset({"CARDINAL", "QUANTITY", "DATE", "MONEY", "PERCENT"})
+
+
+def cloze_rows(passages: Iterable[dict[str, str]], per_passage: int = 2, seed: int = 0,
+               labels: frozenset[str] | None = None) -> Iterator[dict]:
     """Up to ``per_passage`` cloze questions from each passage, each on a different sentence, with its passage as
-    the gold one; rows in ``routerag make-questions`` format."""
+    the gold one; rows in ``routerag make-questions`` format. ``labels`` keeps answers of those spaCy types only
+    (``NOUN`` for noun chunks): spaCy's span boundaries ("American guitarist") taught a reader trained on every type
+    to answer with modifiers it was not asked for (docs/research/2026-11-28-reader-cloze-questions.md)."""
     import spacy
 
     nlp = spacy.load(SPACY_MODEL, disable=["lemmatizer"])
@@ -107,7 +113,7 @@ def cloze_rows(passages: Iterable[dict[str, str]], per_passage: int = 2, seed: i
         rng.shuffle(sentences)
         made = 0
         for sentence in sentences:
-            candidates = answer_spans(sentence)
+            candidates = [(sp, lab) for sp, lab in answer_spans(sentence) if labels is None or lab in labels]
             if not candidates or made >= per_passage:
                 continue
             span, label = rng.choice(candidates)
@@ -137,11 +143,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("corpus", type=Path, nargs="+", help="training corpora only: the reader is judged elsewhere")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--per-passage", type=int, default=2)
+    ap.add_argument("--numeric-only", action="store_true", help="answers that are numbers, dates or amounts only")
     args = ap.parse_args(argv)
     passages = [p for path in args.corpus for p in read_passages(path)]
     with args.out.open("w", encoding="utf-8") as f:
         count = 0
-        for row in cloze_rows(passages, args.per_passage):
+        for row in cloze_rows(passages, args.per_passage, labels=NUMERIC_LABELS if args.numeric_only else None):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
     print(f"{count} cloze questions from {len(passages)} passages -> {args.out}")
