@@ -192,8 +192,9 @@ def window_inputs(tokenizer: Any, questions: Sequence[str], contexts: Sequence[s
                   tensors: bool = True) -> Any:
     """Each question with its context, cut into overlapping windows (the trainer's and the reader's one
     featurisation). A question longer than half a window is clipped (:func:`clip_question`)."""
-    limit = card.max_length // 2
-    return tokenizer([clip_question(tokenizer, q, limit) for q in questions], list(contexts), truncation="only_second",
+    # each distinct question once: the reader passes its one question once per document
+    clipped = {q: clip_question(tokenizer, q, card.max_length // 2) for q in set(questions)}
+    return tokenizer([clipped[q] for q in questions], list(contexts), truncation="only_second",
                      max_length=card.max_length, stride=card.stride, return_overflowing_tokens=True,
                      return_offsets_mapping=True, padding="longest" if tensors else False,
                      return_tensors="pt" if tensors else None)
