@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from graph_index.corpus import load_corpus
 from routerag.policy.short_answer import SPACY_MODEL
 
 _MEASURES = {"tall", "high", "long", "wide", "deep", "old", "far", "heavy", "big", "large"}
@@ -126,18 +127,6 @@ def cloze_rows(passages: Iterable[dict[str, str]], per_passage: int = 2, seed: i
                                                                      "text": passage["text"]}]}
 
 
-def read_passages(path: Path) -> list[dict[str, str]]:
-    """A corpus as build-graph reads it: a JSON list of {title, text}, a JSONL of them, or HotpotQA's
-    title → sentences object."""
-    raw = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        return [json.loads(line) for line in raw.splitlines() if line.strip()]
-    data = json.loads(raw)
-    if isinstance(data, dict):
-        return [{"title": t, "text": "".join(s) if isinstance(s, list) else s} for t, s in data.items()]
-    return list(data)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("corpus", type=Path, nargs="+", help="training corpora only: the reader is judged elsewhere")
@@ -145,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--per-passage", type=int, default=2)
     ap.add_argument("--numeric-only", action="store_true", help="answers that are numbers, dates or amounts only")
     args = ap.parse_args(argv)
-    passages = [p for path in args.corpus for p in read_passages(path)]
+    loaded, _ = load_corpus(args.corpus)  # build-graph's reader: JSON list, JSONL or title → sentences
+    passages = [{"title": p.title, "text": p.text} for p in loaded]
     with args.out.open("w", encoding="utf-8") as f:
         count = 0
         for row in cloze_rows(passages, args.per_passage, labels=NUMERIC_LABELS if args.numeric_only else None):
