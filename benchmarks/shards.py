@@ -5,8 +5,9 @@
 time; N = 1 is the whole index behind one server (``--whole`` an index already built), the reference.
 ``--merge rrf`` makes the front merge graph and hybrid rankings by rank alone (the merge before the global
 seeding), for comparison (with ``--halo-max-entity-passages 0``: RRF would count a halo copy twice).
-``--halo-max-entity-passages`` and ``--halo-fraction`` set the shards' halo (``shards.halo_*``; 0: none). ``--in-process`` calls the shards' retrievers through the same two stages and merges
-in one process, all questions as one batch (no servers: recall only, no latency).
+``--halo-max-entity-passages`` and ``--halo-fraction`` set the shards' halo (``shards.halo_*``; 0: none).
+``--in-process`` calls the shards' retrievers through the same two stages and merges in one process, all questions
+as one batch (no servers: recall only, no latency).
 
     python benchmarks/shards.py --corpus popqa_corpus.json --corpus 2wiki_corpus.json --questions q.json \
         --heldout popqa --shards 1,2,4 --out /tmp/shards

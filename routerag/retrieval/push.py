@@ -27,9 +27,8 @@ at most ``1 / ((1-d) eps)`` edge visits whatever the graph's size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import queue
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
