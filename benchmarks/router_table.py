@@ -10,9 +10,11 @@ data set's folder inside it) and the strategy whose records to read (``learned``
                "rows": [["the shipped router", "reports/hotpot-shipped", "learned"],
                         ["one hybrid search", "reports/hotpot-fixed", "naive-hybrid"]]}]}
 
-The query column counts a router's queries: grounded (the question, a span of it, or a title, entity or noun chunk of
-a document the run retrieved; :func:`routerag.policy.grounding.is_grounded`), the question itself, all. The pooled
-table weighs every question once, over the sets where the row's label appears in all of them.
+Under each table, each router against the set's best single search (the one with the highest EM there), question by
+question, with the sign test's p. The query column counts a router's queries: grounded (the question, a span of it,
+or a title, entity or noun chunk of a document the run retrieved; :func:`routerag.policy.grounding.is_grounded`),
+the question itself, all. The pooled table weighs every question once, over the sets where the row's label appears
+in all of them.
 """
 
 from __future__ import annotations
@@ -76,6 +78,23 @@ def routing(records: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+FIXED = ("naive-passage", "naive-graph", "naive-hybrid", "naive-rag", "two-search", "no-retrieval")
+SINGLE = ("naive-passage", "naive-graph", "naive-hybrid")
+
+
+def paired(label: str, recs: list[dict[str, Any]], other_label: str, other: list[dict[str, Any]]) -> str:
+    """Per question, where one row is right (EM) and the other is not, with the exact two-sided sign test's p. Why:
+    on 50 questions a 4-point gap is 2 questions; the sign test says whether a gap is more than chance."""
+    from scipy.stats import binomtest
+
+    theirs = {r["id"]: r["em"] for r in other}
+    wins = sum(1 for r in recs if r["em"] > theirs[r["id"]])
+    losses = sum(1 for r in recs if r["em"] < theirs[r["id"]])
+    p = binomtest(wins, wins + losses).pvalue if wins + losses else 1.0
+    return (f"- {label} against {other_label}, per question: right where it is wrong {wins}, the reverse {losses} "
+            f"(sign test p = {p:.2f})")
+
+
 def pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
 
@@ -91,21 +110,27 @@ def row(label: str, s: dict[str, Any], queries: str) -> str:
             f"{pct(s.get('refused_with_answer'))} | {queries} |")
 
 
-def set_table(spec: dict[str, Any], pooled: dict[str, list]) -> list[str]:
+def set_table(spec: dict[str, Any], pooled: dict[str, list], bests: list[list[dict[str, Any]]]) -> list[str]:
     """One set's table and its routers' routing lines, every row over the questions all its rows answered (a run with
-    ``--limit`` beside a whole one); each row's records are added to ``pooled``."""
+    ``--limit`` beside a whole one); each row's records are added to ``pooled``, the best single search's to
+    ``bests``."""
     out, routes = [HEADER.format(name=spec["name"]), RULE], []
     runs = [(label, records_file(Path(folder), strategy), strategy) for label, folder, strategy in spec["rows"]]
     common = set.intersection(*({r["id"] for r in read_records(path)} for _, path, _ in runs))
-    for label, path, strategy in runs:
-        recs = [r for r in read_records(path) if r["id"] in common]
+    rows = [(label, [r for r in read_records(path) if r["id"] in common], strategy) for label, path, strategy in runs]
+    singles = [(label, recs) for label, recs, strategy in rows if strategy in SINGLE]
+    best = max(singles, key=lambda lr: sum(r["em"] for r in lr[1]), default=None)
+    if best is not None:
+        bests.append(best[1])
+    for label, recs, strategy in rows:
         pooled[label].append(recs)
         queries = "—"
-        if strategy not in ("naive-passage", "naive-graph", "naive-hybrid", "naive-rag", "two-search",
-                            "no-retrieval"):
+        if strategy not in FIXED:
             grounded, as_question, n = query_counts(recs, spec["index"])
             queries = f"{grounded} / {as_question} / {n}"
             routes += [f"- {label}: {line}" for line in routing(recs)]
+            if best is not None:
+                routes.append(paired(label, recs, f"the best single search ({best[0]})", best[1]))
         out.append(row(label, summarize(recs), queries))
     return out + ([""] + routes if routes else [])
 
@@ -113,13 +138,21 @@ def set_table(spec: dict[str, Any], pooled: dict[str, list]) -> list[str]:
 def main(spec_file: str) -> None:
     spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
     pooled: dict[str, list] = defaultdict(list)
+    bests: list[list[dict[str, Any]]] = []
     for s in spec["sets"]:
-        print("\n".join(set_table(s, pooled)) + "\n")
+        print("\n".join(set_table(s, pooled, bests)) + "\n")
     n_sets = len(spec["sets"])
     print(HEADER.format(name=f"all {n_sets} sets pooled") + "\n" + RULE)
+    lines = []
     for label, runs in pooled.items():
         if len(runs) == n_sets:
-            print(row(label, summarize([r for recs in runs for r in recs]), "—"))
+            recs = [r for run in runs for r in run]
+            print(row(label, summarize(recs), "—"))
+            if len(bests) == n_sets and "learned" in {r.get("strategy") for r in recs}:
+                best = [r for run in bests for r in run]
+                lines.append(paired(label, recs, "each set's best single search", best))
+    if lines:
+        print("\n" + "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -70,6 +70,7 @@ class Loop(Mapping[str, Any]):
     max_invalid: int = 2
     fresh_documents: bool = False
     query: QueryMode = "free"
+    search_on_abstain: bool = False
 
     def __getitem__(self, name: str) -> Any:
         if name not in LOOP_FIELDS:
@@ -324,7 +325,12 @@ class LoopSettings(StrictModel):
     the documents shown so far; any other query is replaced by the closest of those (:mod:`routerag.policy.grounding`).
     Turn it on for small policies that invent queries (the embedded router's card does); ``free`` (the default for
     other models): search whatever the policy writes, as a served LLM that rewrites queries well should."""
-
+    search_on_abstain: bool | None = None
+    """When a reader that can abstain (the extractive one) finds no answer and the budget has a search left, the loop
+    searches the question itself once more, in a mode the trajectory has not used (graph after passage, passage
+    after graph or hybrid), and the reader reads again; its trace step says ``by_loop``. Why: the extractive reader
+    abstains mostly where the policy's search missed, and a small router cannot tell that from its documents.
+    Off: the abstention is the answer (a refusal)."""
 
     def resolve(self, *fallbacks: LoopSettings | None) -> Loop:
         """Every field decided: this object's value where set, else the first fallback's that is set (a trainer's

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -317,3 +318,39 @@ def test_train_reader_names_a_missing_questions_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["train-reader", "--questions", str(missing), "--out", str(tmp_path / "run")])
     assert result.exit_code != 0
     assert "--questions" in result.output and "derived.jsonl" in result.output and not (tmp_path / "run").exists()
+
+
+class _AnswersOnlyFrom(_Verdicts):
+    """Abstains unless the documents hold a given title: a reader whose answer only the right search brings."""
+
+    def __init__(self, title: str) -> None:
+        super().__init__(ReaderAnswer(None, 0.0))
+        self.title, self.reads = title, 0
+
+    async def read(self, question: str, docs: list[RetrievedDoc]) -> ReaderAnswer:
+        self.reads += 1
+        hit = next((d for d in docs if d.title == self.title), None)
+        return ReaderAnswer("Tarsk", 0.9, Citation(hit.id, hit.title, hit.text)) if hit else ReaderAnswer(None, 0.0)
+
+
+def test_search_on_abstain_searches_the_question_in_the_other_mode_once() -> None:
+    question = "Where was Joran Veld born?"
+    reader = _AnswersOnlyFrom("Tarsk")
+    search = FakeSearch({"Joran Veld": ["Joran Veld"], question: ["Tarsk"]})
+    script = ["<search>[graph] Joran Veld</search>", "<answer>somewhere</answer>"]
+    cfg = LoopConfig(extractive_reader=reader, budget=2, search_on_abstain=True)
+    events: list = []
+    traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, cfg).run(question, on_event=events.append))
+    assert traj.answer == "Tarsk" and traj.finish == "answer" and reader.reads == 2
+    assert search.calls[-1][:2] == (question, "passage")  # the question, in the mode the policy did not use
+    assert [(s.action, s.by_loop) for s in traj.steps] == [("search", False), ("answer", False), ("search", True)]
+    assert [e["by_loop"] for e in events if e["type"] == "search"] == [False, True]
+    # the budget spent, or the setting off: the abstention is the answer, and nothing more is searched
+    for off in (replace(cfg, budget=1), replace(cfg, search_on_abstain=False)):
+        search.calls.clear()
+        traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, off).run(question))
+        assert traj.finish == "refused" and len(search.calls) == 1
+    # nothing found by the loop's search either: still a refusal, after one extra search only
+    reader, search.calls = _AnswersOnlyFrom("nowhere"), []
+    traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, replace(cfg, extractive_reader=reader)).run(question))
+    assert traj.finish == "refused" and traj.answer == REFUSAL_ANSWER and len(search.calls) == 2 and reader.reads == 2

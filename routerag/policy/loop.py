@@ -10,7 +10,8 @@ one thing and returning the next state, with everything the trajectory carries i
   and append them as ``<information>`` (→ ``GENERATE``); a query the retriever refuses is an invalid turn.
 * ``FORCE_ANSWER``: a notice opens the ``<answer>`` the policy then completes (→ ``ANSWER``).
 * ``ANSWER``: the reader, when one is configured, writes the final answer from the documents; done. A refusal
-  stands: its answer is :data:`~routerag.prompts.REFUSAL_ANSWER` whatever the reader.
+  stands: its answer is :data:`~routerag.prompts.REFUSAL_ANSWER` whatever the reader. With ``search_on_abstain``,
+  a reader that abstains first gets the documents of one more search, the loop's (the question, in a mode not used).
 
 A turn past the response's token budget is not generated: the trajectory is cut off without an answer
 (→ ``ANSWER``). Every turn is traced (thought, mode, query, documents, timings, tokens). When the backend works on
@@ -42,6 +43,7 @@ from .types import Generation, GenerationRequest, Generator, SearchBackend, Segm
 if TYPE_CHECKING:
     from ..config import PolicyConfig
     from .card import ResolvedPolicy
+    from .extractive import ReaderAnswer
 
 Event = dict[str, Any]
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
@@ -50,6 +52,9 @@ _ANSWER_OPEN = re.compile(re.escape(ANSWER_OPEN), re.IGNORECASE)
 ANSWER_PEEK_TOKENS = 5
 """Tokens decoded after ``<answer>`` when a reader will write the answer: ``" [refuse]"`` is four."""
 EventSink = Callable[[Event], Awaitable[None] | None]
+ABSTAIN_MODES: dict[Mode | None, tuple[Mode, ...]] = {
+    "passage": ("graph",), "graph": ("passage",), "hybrid": ("passage", "graph"), None: ("graph", "passage")}
+"""``search_on_abstain``'s mode after a first search in each mode (None: no search yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +232,7 @@ class PolicyLoop:
         mode = run.cfg.force_mode or action.mode or "passage"
         step.action, step.query, step.mode, step.mode_tags = "search", action.content, mode, list(action.mode_tags)
         await _emit(run.on_event, {"type": "search", "mode": mode, "tags": list(action.mode_tags),
-                                   "query": action.content, "step": step.index})
+                                   "query": action.content, "step": step.index, "by_loop": step.by_loop})
         shown = {doc_key(d) for r in run.traj.retrieved for d in r.docs} if run.cfg.fresh_documents else set()
         t0 = time.perf_counter()
         try:
@@ -285,12 +290,9 @@ class PolicyLoop:
         if traj.refused and reader.extractive is None:
             traj.answer = REFUSAL_ANSWER
         elif reader.reads and traj.finish != "no_answer":
-            t0 = time.perf_counter()
-            # the extractive reader reads whole documents: it is cheap, and a cut can drop the answer
-            docs = self.read_documents(traj.retrieved, run.cfg, cut=reader.extractive is None)
-            read = await reader.read_answer(traj.question, docs)
-            traj.answer_generation_ms = round((time.perf_counter() - t0) * 1000, 3)
-            traj.answered_by = "reader"
+            read = await self._read(run)
+            if read.abstained and await self._search_on_abstain(run):
+                read = await self._read(run)
             if read.abstained:  # a refusal, as the harness counts it; the policy's answer is not used
                 traj.answer, traj.finish = REFUSAL_ANSWER, "refused"
             else:
@@ -305,6 +307,32 @@ class PolicyLoop:
         await _emit(run.on_event, {"type": "done", "answer": traj.answer, "searches": traj.searches,
                                    "finish": traj.finish})
         return State.DONE
+
+    async def _read(self, run: _Run) -> ReaderAnswer:
+        """The reader's answer from every document retrieved so far (the extractive reader reads whole documents:
+        it is cheap, and a cut can drop the answer)."""
+        traj, reader = run.traj, run.cfg.reader
+        t0 = time.perf_counter()
+        docs = self.read_documents(traj.retrieved, run.cfg, cut=reader.extractive is None)
+        read = await reader.read_answer(traj.question, docs)
+        traj.answer_generation_ms = round(traj.answer_generation_ms + (time.perf_counter() - t0) * 1000, 3)
+        traj.answered_by = "reader"
+        return read
+
+    async def _search_on_abstain(self, run: _Run) -> bool:
+        """``search_on_abstain``: search the question in a mode not used yet, if the budget allows; True when the
+        search brought documents the reader has not read."""
+        if not run.cfg.search_on_abstain or run.cfg.force_mode or run.traj.searches >= run.cfg.budget:
+            return False  # a forced mode has no other mode to try
+        used = [s.mode for s in run.traj.steps if s.action == "search"]
+        mode = next((m for m in ABSTAIN_MODES[used[0] if used else None] if m not in used), None)
+        if mode is None:
+            return False
+        before = len(run.traj.retrieved)
+        step = Step(len(run.traj.steps), "search", query_source="question", by_loop=True)
+        run.pending = (step, Action("search", "", run.traj.question, mode))
+        await self._search(run)
+        return len(run.traj.retrieved) > before and bool(run.traj.retrieved[-1].docs)
 
     # -- one turn of the policy ----------------------------------------------------------------------------------------
 

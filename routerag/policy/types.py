@@ -102,6 +102,8 @@ class Step:
     """The id of the document a grounded query is a span of (None: the question)."""
     query_generated: str | None = None
     """What the policy wrote, when grounding replaced it."""
+    by_loop: bool = False
+    """The loop ran this search, not the policy: the reader had abstained (``search_on_abstain``)."""
     answer: str | None = None
     doc_ids: list[str] = field(default_factory=list)
     doc_titles: list[str] = field(default_factory=list)
