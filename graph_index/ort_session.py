@@ -136,12 +136,12 @@ class Int8Screen:
     Inside searches, where the encoder has just pushed the table out of the caches, the fact stage took 1.03
     against 1.66 ms.
 
-    The bound: each table row f is stored as s·w (w int8, s its largest |component| / 127) and the query q as
-    t·u (u int8 + 128 as uint8, with zero point 128). For every row, |q·f − t·s·(u·w)| ≤ ‖q‖·E + ‖q − t·u‖·H,
+    The bound: each table row f is stored as s·w (w int8 in ±63, s its largest |component| / 63: see
+    :data:`TABLE_LEVELS`) and the query q as t·u (u int8 + 128 as uint8, with zero point 128). For every row, |q·f − t·s·(u·w)| ≤ ‖q‖·E + ‖q − t·u‖·H,
     where E is the largest ‖f − s·w‖ over the rows and H the largest ‖s·w‖ (Cauchy–Schwarz on each term), plus the
     float32 rounding of s·(u·w) (u·w itself is an exact integer). So the true top k lie within twice that bound of
     the k-th best int8 score, and the true minimum within twice it of the lowest: those rows (19 of 66,890 on
-    the median PopQA question) are all that is scored in float32. The result is the float32 scan's, up to its own
+    the median PopQA question, measured with codes in ±127) are all that is scored in float32. The result is the float32 scan's, up to its own
     rounding.
     """
 
@@ -228,6 +228,14 @@ class Int8Screen:
         return scores, ids, lo, hi
 
 
+TABLE_LEVELS = 63
+"""The table's int8 codes lie in ±63, not ±127. Why: on x86 CPUs without VNNI (AVX2 only), ONNX Runtime's
+``MatMulInteger`` multiplies uint8 by int8 with ``vpmaddubsw``, which adds each pair of products into a saturating
+int16: with the query's codes up to 255, two products of ±127 (64,770) overflow and the int8 scores, and so the
+screen's top k, come out wrong (seen on an AMD EPYC with AVX2 alone); two of ±63 (32,130) cannot. The bound below
+is computed from the codes actually stored, so it stays proven; it is about twice as wide."""
+
+
 def _quantise(table: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, float, float]:
     """(codes dim × n int8, scale n float32, E, H) for :class:`Int8Screen`: each row over its own scale, a chunk of
     rows at a time (no float copy of the whole table).
@@ -245,7 +253,7 @@ def _quantise(table: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, np.ndar
     for start in range(0, n, chunk):
         f = np.asarray(table[start:start + chunk], dtype=np.float32)
         m = len(f)
-        s = np.abs(f).max(axis=1) / np.float32(127)
+        s = np.abs(f).max(axis=1) / np.float32(TABLE_LEVELS)
         if not np.isfinite(s).all():
             row = start + int(np.flatnonzero(~np.isfinite(s))[0])
             raise ValueError(f"an int8 screen needs finite table values; row {row} holds NaN or infinity")
@@ -253,7 +261,7 @@ def _quantise(table: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, np.ndar
         wm, dm = w[:m], diff[:m]
         np.divide(f, s[:, None], out=wm)
         np.rint(wm, out=wm)
-        np.clip(wm, -127, 127, out=wm)
+        np.clip(wm, -TABLE_LEVELS, TABLE_LEVELS, out=wm)
         codes[:, start:start + m] = wm.astype(np.int8).T
         np.multiply(wm, s[:, None], out=wm)  # the stored row s·w
         hat = max(hat, float(np.sqrt(np.einsum("ij,ij->i", wm, wm).max())))
