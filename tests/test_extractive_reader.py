@@ -315,7 +315,10 @@ def test_train_reader_names_a_missing_questions_file(tmp_path: Path) -> None:
     from routerag.cli import app
 
     missing = tmp_path / "derived.jsonl"
-    result = CliRunner().invoke(app, ["train-reader", "--questions", str(missing), "--out", str(tmp_path / "run")])
+    present = tmp_path / "present.json"  # the defaults point into ../shared/data, absent from a bare clone
+    present.write_text("[]")
+    result = CliRunner().invoke(app, ["train-reader", "--popqa", str(present), "--hotpot", str(present),
+                                      "--questions", str(missing), "--out", str(tmp_path / "run")])
     assert result.exit_code != 0
     assert "--questions" in result.output and "derived.jsonl" in result.output and not (tmp_path / "run").exists()
 
