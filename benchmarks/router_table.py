@@ -148,7 +148,7 @@ def main(spec_file: str) -> None:
         if len(runs) == n_sets:
             recs = [r for run in runs for r in run]
             print(row(label, summarize(recs), "—"))
-            if len(bests) == n_sets and "learned" in {r.get("strategy") for r in recs}:
+            if len(bests) == n_sets and recs and recs[0].get("strategy") not in FIXED:  # a router row, as above
                 best = [r for run in bests for r in run]
                 lines.append(paired(label, recs, "each set's best single search", best))
     if lines:

@@ -137,12 +137,12 @@ class Int8Screen:
     against 1.66 ms.
 
     The bound: each table row f is stored as s·w (w int8 in ±63, s its largest |component| / 63: see
-    :data:`TABLE_LEVELS`) and the query q as t·u (u int8 + 128 as uint8, with zero point 128). For every row, |q·f − t·s·(u·w)| ≤ ‖q‖·E + ‖q − t·u‖·H,
-    where E is the largest ‖f − s·w‖ over the rows and H the largest ‖s·w‖ (Cauchy–Schwarz on each term), plus the
-    float32 rounding of s·(u·w) (u·w itself is an exact integer). So the true top k lie within twice that bound of
-    the k-th best int8 score, and the true minimum within twice it of the lowest: those rows (19 of 66,890 on
-    the median PopQA question, measured with codes in ±127) are all that is scored in float32. The result is the float32 scan's, up to its own
-    rounding.
+    :data:`TABLE_LEVELS`) and the query q as t·u (u int8 + 128 as uint8, with zero point 128). For every row,
+    |q·f − t·s·(u·w)| ≤ ‖q‖·E + ‖q − t·u‖·H, where E is the largest ‖f − s·w‖ over the rows and H the largest ‖s·w‖
+    (Cauchy–Schwarz on each term), plus the float32 rounding of s·(u·w) (u·w itself is an exact integer). So the true
+    top k lie within twice that bound of the k-th best int8 score, and the true minimum within twice it of the
+    lowest: those rows (19 of 66,890 on the median PopQA question, measured with codes in ±127) are all that is
+    scored in float32. The result is the float32 scan's, up to its own rounding.
     """
 
     MAX_BYTES = 1 << 30

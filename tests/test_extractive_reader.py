@@ -355,5 +355,6 @@ def test_search_on_abstain_searches_the_question_in_the_other_mode_once() -> Non
         assert traj.finish == "refused" and len(search.calls) == 1
     # nothing found by the loop's search either: still a refusal, after one extra search only
     reader, search.calls = _AnswersOnlyFrom("nowhere"), []
-    traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, replace(cfg, extractive_reader=reader)).run(question))
+    loop = PolicyLoop(ScriptedGenerator(script), search, replace(cfg, extractive_reader=reader))
+    traj = asyncio.run(loop.run(question))
     assert traj.finish == "refused" and traj.answer == REFUSAL_ANSWER and len(search.calls) == 2 and reader.reads == 2
