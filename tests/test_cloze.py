@@ -65,3 +65,16 @@ def test_numeric_only_keeps_numbers_and_dates() -> None:
     rows = list(cloze_rows(PASSAGES, per_passage=3, labels=NUMERIC_LABELS))
     assert rows and {r["type"] for r in rows} <= {f"cloze-{label.lower()}" for label in NUMERIC_LABELS}
     assert all(any(ch.isdigit() for ch in r["answers"][0]) for r in rows)
+
+
+def test_heads_cut_answers_to_a_head_noun_or_an_entity_without_the(nlp) -> None:
+    from training.cloze import answer_head
+
+    sentence = next(iter(nlp("Nils Arvik became the famous lighthouse keeper of the Osterby Light.").sents))
+    chunk = next(c for c in sentence.noun_chunks if c.root.text == "keeper")
+    assert answer_head(chunk, "NOUN") == "lighthouse keeper"  # the adjective and article go, the compound stays
+    ent = next(e for e in sentence.ents if "Osterby" in e.text)
+    assert answer_head(ent, ent.label_) == ent.text.removeprefix("the ")
+    rows = list(cloze_rows(PASSAGES, per_passage=3, heads=True))
+    assert rows and all(r["answers"][0] in r["supporting"][0]["text"] for r in rows)
+    assert not any(r["answers"][0].lower().startswith("the ") for r in rows)

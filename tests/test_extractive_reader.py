@@ -37,6 +37,10 @@ needs_data = pytest.mark.skipif(not (POPQA.is_file() and HOTPOT.is_file()), reas
     ("In what city was Joran Veld born?", False),
     ("Which is older, A or B?", False),
     ("", False),
+    ("The director Armando Iannucci has an OBE. Does the director Puneet Sira also have one?", True),
+    ("Was Dr. Smith born in St. Louis?", True),
+    ("Who was born in St. Louis? Is it Dr. Smith or Dr. Jones?", False),  # the question asked offers a choice
+    ("Which ship did Capt. Wilson command?", False),
 ])
 def test_yes_no_questions_are_told_by_a_rule(question: str, expected: bool) -> None:
     assert is_yes_no(question) is expected

@@ -97,12 +97,30 @@ def answer_spans(sentence: Any) -> list[tuple[Any, str]]:
 NUMERIC_LABELS = frozenset({"CARDINAL", "QUANTITY", "DATE", "MONEY", "PERCENT"})
 
 
+def answer_head(span: Any, label: str) -> str:
+    """The answer as PopQA and HotpotQA bound it: a noun chunk's head noun with the compound nouns before it ("an
+    American session guitarist" → "session guitarist"), an entity without a leading "the". Why: whole spaCy spans
+    taught a reader to answer "American guitarist" where "guitarist" was asked
+    (docs/research/2026-11-28-reader-cloze-questions.md)."""
+    if label != "NOUN":
+        words = list(span)
+        if len(words) > 1 and words[0].lower_ == "the":
+            words = words[1:]
+        return span.doc[words[0].i: span.end].text
+    root = span.root
+    start = root.i
+    while start - 1 >= span.start and span.doc[start - 1].dep_ == "compound":
+        start -= 1
+    return span.doc[start: root.i + 1].text
+
+
 def cloze_rows(passages: Iterable[dict[str, str]], per_passage: int = 2, seed: int = 0,
-               labels: frozenset[str] | None = None) -> Iterator[dict]:
+               labels: frozenset[str] | None = None, heads: bool = False) -> Iterator[dict]:
     """Up to ``per_passage`` cloze questions from each passage, each on a different sentence, with its passage as
     the gold one; rows in ``routerag make-questions`` format. ``labels`` keeps answers of those spaCy types only
     (``NOUN`` for noun chunks): spaCy's span boundaries ("American guitarist") taught a reader trained on every type
-    to answer with modifiers it was not asked for (docs/research/2026-11-28-reader-cloze-questions.md)."""
+    to answer with modifiers it was not asked for (docs/research/2026-11-28-reader-cloze-questions.md); ``heads``
+    cuts each answer to :func:`answer_head` instead."""
     import spacy
 
     nlp = spacy.load(SPACY_MODEL, disable=["lemmatizer"])
@@ -119,10 +137,11 @@ def cloze_rows(passages: Iterable[dict[str, str]], per_passage: int = 2, seed: i
                 continue
             span, label = rng.choice(candidates)
             question = translate(sentence, span, label, passage.get("title", ""))
-            if question is None or span.text.lower() in question.lower():
+            answer = answer_head(span, label) if heads else span.text
+            if question is None or answer.lower() in question.lower():
                 continue
             made += 1
-            yield {"id": f"cloze-{n}-{made}", "question": question, "answers": [span.text],
+            yield {"id": f"cloze-{n}-{made}", "question": question, "answers": [answer],
                    "type": f"cloze-{label.lower()}", "supporting": [{"title": passage.get("title", ""),
                                                                      "text": passage["text"]}]}
 
@@ -133,12 +152,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--per-passage", type=int, default=2)
     ap.add_argument("--numeric-only", action="store_true", help="answers that are numbers, dates or amounts only")
+    ap.add_argument("--heads", action="store_true", help="answers cut to a head noun and its compounds (answer_head)")
     args = ap.parse_args(argv)
     loaded, _ = load_corpus(args.corpus)  # build-graph's reader: JSON list, JSONL or title → sentences
     passages = [{"title": p.title, "text": p.text} for p in loaded]
     with args.out.open("w", encoding="utf-8") as f:
         count = 0
-        for row in cloze_rows(passages, args.per_passage, labels=NUMERIC_LABELS if args.numeric_only else None):
+        for row in cloze_rows(passages, args.per_passage, labels=NUMERIC_LABELS if args.numeric_only else None,
+                              heads=args.heads):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
     print(f"{count} cloze questions from {len(passages)} passages -> {args.out}")

@@ -43,6 +43,8 @@ READER_CARD = "reader_card.json"
 SHIPPED_READER = "minilm-reader"
 _AUXILIARIES = frozenset("is are was were am do does did can could has have had will would should shall may might "
                          "must".split())
+_ASKED_AFTER_STATEMENT = re.compile(r"[.!?]\s+(%s)\b" % "|".join(w.capitalize() for w in sorted(_AUXILIARIES)))
+"""A capitalised auxiliary verb opening a sentence after another: the question asked after a statement."""
 
 
 class ReaderCard(BaseModel):
@@ -77,9 +79,17 @@ class ReaderAnswer:
 
 
 def is_yes_no(question: str) -> bool:
-    """A question a span cannot answer: it opens with an auxiliary verb and offers no ``A or B`` choice."""
+    """A question a span cannot answer: it (or its last sentence, after a statement that sets it up: "X has an OBE.
+    Does Y also have one?", a HotpotQA form) opens with an auxiliary verb and offers no ``A or B`` choice."""
     words = question.strip().split()
-    return bool(words) and words[0].lower() in _AUXILIARIES and " or " not in f" {question.lower()} "
+    if words and words[0].lower() in _AUXILIARIES:
+        asked = question
+    else:
+        after_statement = _ASKED_AFTER_STATEMENT.search(question)
+        if after_statement is None:
+            return False
+        asked = question[after_statement.start(1):]
+    return " or " not in f" {asked.lower()} "
 
 
 def shipped_reader_path() -> Path:
