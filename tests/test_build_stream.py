@@ -4,7 +4,6 @@ anywhere stops the build before any model runs and leaves nothing; the build's m
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -22,12 +21,11 @@ from routerag.config import RetrievalConfig, Settings
 from routerag.retrieval import Retriever
 
 from .helpers.index_compare import assert_same_index
+from .helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks" / "build_memory.py"
-_spec = importlib.util.spec_from_file_location("build_memory", BENCH)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)  # the benchmark's stand-in extractor and embedder, and its corpus generator
+bench = load_script(BENCH)  # the benchmark's stand-in extractor and embedder, and its corpus generator
 
 QUERIES = ["Alton north river", "Bermont king", "Topic 3", "early war of Danwick"]
 

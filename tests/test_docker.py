@@ -113,11 +113,9 @@ def test_compose_config_validates() -> None:
 
 
 def test_the_build_service_skips_a_built_index_and_fails_without_a_corpus(tmp_path: Path) -> None:
-    import importlib.util
+    from .helpers.scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("build_index", DOCKER / "build_index.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    mod = load_script(DOCKER / "build_index.py")
     index, corpus = tmp_path / "index", tmp_path / "corpus"
     corpus.mkdir()
     assert mod.main([str(corpus), str(index), "http://127.0.0.1:9"]) == 1  # no corpus files: the server must not start

@@ -3,17 +3,13 @@ modes, the most confident mode, and refusal precision and recall as the threshol
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers.scripts import load_script
 
 
 def _mode_oracle():
-    spec = importlib.util.spec_from_file_location("mode_oracle", ROOT / "benchmarks" / "mode_oracle.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(Path("benchmarks/mode_oracle.py"))
 
 
 def _read(answer: str | None, score: float, em: float) -> dict:

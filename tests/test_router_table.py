@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers.scripts import load_script
 
 
 def _router_table():
-    spec = importlib.util.spec_from_file_location("router_table", ROOT / "benchmarks" / "router_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(Path("benchmarks/router_table.py"))
 
 
 def test_paired_counts_disagreements_and_gives_the_sign_tests_p() -> None:
