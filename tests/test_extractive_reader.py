@@ -200,7 +200,7 @@ def tiny_reader(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 4
     # a run stopped early ships its latest checkpoint; with none there is nothing to ship
     assert train_reader(_tiny_examples(), out, cfg, export_only=True) == final
-    assert read_reader_card(final).trained["steps"] == 4
+    assert read_reader_card(final).trained["steps"] == 4 and read_reader_card(final).trained["seed"] == cfg.seed
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         train_reader(_tiny_examples(), tmp_path_factory.mktemp("empty"), cfg, export_only=True)
     return final

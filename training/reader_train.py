@@ -214,7 +214,8 @@ def train_reader(examples: Sequence[SpanExample], out: Path, cfg: ReaderTrainCon
                          "data": data_summary(examples), "epochs": cfg.epochs, "steps": step,
                          "scheduled_steps": total,
                          "trained_layers": list(cfg.trained_layers),
-                         "batch_size": cfg.batch_size, "lr": cfg.lr, "head_lr": cfg.head_lr, **(provenance or {})})
+                         "batch_size": cfg.batch_size, "lr": cfg.lr, "head_lr": cfg.head_lr, "seed": cfg.seed,
+                         **(provenance or {})})
     final = out / "reader"
     tmp = out / ".reader.tmp"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -44,6 +44,8 @@ def train_reader_cmd(
                                                                    "windows is a quarter of it).")] = 128,
     save_every: Annotated[int, typer.Option(min=1, help="Checkpoint every N steps.")] = 25,
     threads: Annotated[int, typer.Option(min=1, help="torch threads.")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of the heads' initialisation and the batch order: two seeds of one "
+                                           "recipe tell a gain from retraining noise.")] = 0,
     export: Annotated[bool, typer.Option("--export", help="Train nothing: write OUT/reader from the latest "
                                                           "checkpoint of a run stopped early.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
@@ -70,7 +72,7 @@ def train_reader_cmd(
     examples = build_examples(popqa, hotpot, index, questions or [])
     console.print(f"{len(examples)} examples: {data_summary(examples)}")
     cfg = ReaderTrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, head_lr=head_lr, trained_layers=trained,
-                            max_length=max_length, save_every=save_every, max_steps=max_steps)
+                            max_length=max_length, save_every=save_every, max_steps=max_steps, seed=seed)
     provenance = {"popqa": "first 300 of popqa_dev.json after random.Random(0).shuffle" if popqa else None,
                   "hotpot": "first half of each type of hotpotqa_100.json after random.Random(0).shuffle"
                   if hotpot else None, "retrieved_from": str(index) if index else None,

@@ -79,8 +79,8 @@ class ReaderAnswer:
 
 
 def is_yes_no(question: str) -> bool:
-    """A question a span cannot answer: it (or its last sentence, after a statement that sets it up: "X has an OBE.
-    Does Y also have one?", a HotpotQA form) opens with an auxiliary verb and offers no ``A or B`` choice."""
+    """A question a span cannot answer: it (or a later sentence of it, after a statement that sets it up: "X has an
+    OBE. Does Y also have one?", a HotpotQA form) opens with an auxiliary verb and offers no ``A or B`` choice."""
     words = question.strip().split()
     if words and words[0].lower() in _AUXILIARIES:
         asked = question
