@@ -54,7 +54,7 @@ demo: install
 	ROUTERAG_POLICY__READER=base $(BIN)/routerag ask $(SAMPLE_IDX) "$(DEMO_QUESTION)"
 
 test: install-test
-	$(BIN)/python -m pytest -q
+	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q
 
 clean:
 	rm -rf $(VENV) indexes
