@@ -28,6 +28,13 @@ MODES = ("passage", "graph", "hybrid")
 READS = MODES + ("union",)
 
 
+def load_rows(path: Path) -> list[dict[str, Any]]:
+    """``run``'s rows; a truncated or foreign line is a :class:`DatasetError` naming the file and line."""
+    from routerag.evaluation.records import read_records
+
+    return read_records(path, required=("answers", *READS))
+
+
 def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) -> list[dict[str, Any]]:
     """One row per question: each read's answer (abstention off, so every span keeps its score) and EM."""
     from routerag.config import Settings
@@ -79,7 +86,7 @@ def table(files: Sequence[Path], threshold: float) -> str:
     pooled: dict[str, float] = dict.fromkeys(names, 0.0)
     total = 0
     for path in files:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = load_rows(path)
         cols = columns(rows, threshold)
         total += len(rows)
         for name in names:
@@ -129,8 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "table":
         print(table(args.rows, args.threshold))
     else:
-        rows = [json.loads(line) for line in args.rows.read_text(encoding="utf-8").splitlines() if line.strip()]
-        print(refusals(rows, args.mode, (0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)))
+        print(refusals(load_rows(args.rows), args.mode, (0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)))
 
 
 if __name__ == "__main__":
