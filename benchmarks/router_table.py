@@ -156,4 +156,8 @@ def main(spec_file: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("spec", help="the sets and rows, as JSON (see the module's docstring)")
+    main(parser.parse_args().spec)

