@@ -38,7 +38,7 @@ CLI_PAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "cli-serve.md": ("serving commands", ("serve", "mcp")),
     "cli-training.md": ("training and evaluation commands",
                         ("eval", "train", "train-sft", "prepare-data", "merge-adapter", "make-questions",
-                         "plan-outcomes")),
+                         "plan-outcomes", "train-reader", "merge-readers")),
 }
 
 
