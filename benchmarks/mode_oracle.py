@@ -58,18 +58,23 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
                                "type": item.meta.get("type")}
         for name, shown in {**docs, "union": union}.items():
             read = reader.read_sync(item.question, shown)
-            row[name] = {"answer": read.answer, "score": read.score,
+            row[name] = {"answer": read.answer, "score": read.score, "kind": read.kind,
                          "em": exact_match(read.answer, item.answers) if item.answers and read.answer else 0.0}
         rows.append(row)
     return rows
 
 
+def abstains(read: dict[str, Any], threshold: float) -> bool:
+    """The reader abstains on a free span read below the threshold; yes/no and choice reads always answer."""
+    return read.get("kind", "span") == "span" and read["score"] < threshold
+
+
 def scored(row: dict[str, Any], read: dict[str, Any], threshold: float) -> float:
-    """The harness's EM for one read: an abstention (score below the threshold) is right only on an unanswerable
-    question, and an answer only when it matches."""
+    """The harness's EM for one read: an abstention is right only on an unanswerable question, and an answer only
+    when it matches."""
     if not row["answers"]:
-        return float(read["score"] < threshold)
-    return read["em"] if read["score"] >= threshold else 0.0
+        return float(abstains(read, threshold))
+    return 0.0 if abstains(read, threshold) else read["em"]
 
 
 def columns(rows: Sequence[dict[str, Any]], threshold: float) -> dict[str, float]:
@@ -103,7 +108,7 @@ def refusals(rows: Sequence[dict[str, Any]], mode: str, thresholds: Sequence[flo
     unanswerable = sum(not r["answers"] for r in rows)
     lines = ["| threshold | refused | precision | recall | EM |", "|---|---|---|---|---|"]
     for t in thresholds:
-        refused = [r for r in rows if r[mode]["score"] < t]
+        refused = [r for r in rows if abstains(r[mode], t)]
         right = sum(not r["answers"] for r in refused)
         precision = f"{right / len(refused):.2f}" if refused else "—"
         recall = f"{right / unanswerable:.2f}" if unanswerable else "—"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from routerag.policy import LoopConfig, PolicyLoop
-from routerag.policy.extractive import (ExtractiveReader, ReaderAnswer, clip_question, is_yes_no, read_reader_card,
-                                        sentence_at, shipped_reader_path)
+from routerag.policy.extractive import (ExtractiveReader, ReaderAnswer, choice_options, clip_question, is_yes_no,
+                                        read_reader_card, sentence_at, shipped_reader_path)
 from routerag.policy.citations import Citation
 from routerag.prompts import REFUSAL_ANSWER
 from routerag.retrieval.types import RetrievedDoc
@@ -44,6 +44,43 @@ needs_data = pytest.mark.skipif(not (POPQA.is_file() and HOTPOT.is_file()), reas
 ])
 def test_yes_no_questions_are_told_by_a_rule(question: str, expected: bool) -> None:
     assert is_yes_no(question) is expected
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("Which opened first, the Varnholm Railway or the Osterby Light?", ["Varnholm Railway", "Osterby Light"]),
+    ("Who or what died before the other: Marianus V or Peter, Count of Dreux?", ["Marianus V", "Peter, Count of Dreux"]),
+    ("Of Henry and Ernest Frederick, Margrave of Baden, which one came first?",
+     ["Henry", "Ernest Frederick, Margrave of Baden"]),
+    ("Between Iain Banks and Irwin Shaw, who wrote more novels?", ["Iain Banks", "Irwin Shaw"]),
+    ("Did Ann Ray or Bo Lee come first?", None),  # no comma or colon: where the first option starts is unknown
+    ("Where was Otto or his brother born, according to the page?", None),  # the comma comes after the `or`
+    ("Who or what is Tarsk?", None),
+    ("Who founded the Tessaly Conservatory?", None),
+    ("Which of these two, Lee Ranaldo or Ozzy Osbourne, has had a longer career?", ["Lee Ranaldo", "Ozzy Osbourne"]),
+    ("Between 2010 and 2014, which stadium held the most seats?", None),  # years: neither is the answer
+    ("As of now, has George Abbott or Matt Stone's career spanned more decades?", None),  # no "which" before them
+    ("What activity, restricted or banned in many countries, was his business?", None),  # not names
+])
+def test_a_choice_questions_options_are_read_off_it(question: str, expected: list[str] | None) -> None:
+    assert choice_options(question) == expected
+
+
+def test_a_question_of_which_came_first_is_dated_by_each_options_page() -> None:
+    from routerag.policy.extractive import asks_earlier, option_year
+
+    assert asks_earlier("Who was born first, A or B?") is True and asks_earlier("Which is older, A or B?") is True
+    assert asks_earlier("Who or what died before the other: A or B?") is True
+    assert asks_earlier("Which closed later, A or B?") is False and asks_earlier("Who is younger, A or B?") is False
+    assert asks_earlier("Which is larger, A or B?") is None
+    assert asks_earlier("Which came first, the one before or the one after?") is None  # asks both ways: no rule
+    docs = [RetrievedDoc("h", "Sarnow", "Sarnow is a port. Ida Somme lived there from 1890.", 1.0),
+            RetrievedDoc("i", "Ida Somme", "Ida Somme (born 1861) was a painter. She moved in 1890.", 0.9),
+            RetrievedDoc("w", "William Barnard", "He was a bishop, ordained in 1702.", 0.8)]
+    assert option_year("Ida Somme", docs) == (1861, Citation("i", "Ida Somme", "Ida Somme (born 1861) was a painter."))
+    assert option_year("William Barnard (bishop)", docs)[0] == 1702  # its page, by the name before the bracket
+    assert option_year("Signe Dahl", docs) is None
+    mentioned = [RetrievedDoc("h", "Sarnow", "Sarnow is a port. Ida Somme lived there from 1890.", 1.0)]
+    assert option_year("Ida Somme", mentioned)[0] == 1890  # no page of its own: the first sentence naming it
 
 
 def test_the_citation_is_the_sentence_holding_the_span() -> None:
@@ -312,6 +349,29 @@ def test_the_shipped_reader_reads_a_birthplace_and_cites_its_sentence() -> None:
     read = reader.read_sync("In what city was Joran Veld born?", docs)
     assert read.answer == "Tarsk" and read.citation == Citation("j", "Joran Veld",
                                                                 "He was born in Tarsk and worked in Ossel.")
+
+
+@pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
+def test_a_choice_question_is_answered_by_one_of_its_options() -> None:
+    """The answer of "A or B?" is a span of the question: the reader answers with the option (as the question
+    writes it) whose mention it scores best, cited where the documents mention it; with neither mentioned, it reads
+    free spans as for any question."""
+    reader = ExtractiveReader(abstain_below=0.0)
+    docs = [RetrievedDoc("r", "Varnholm Railway", "The Varnholm Railway opened in 1871 and runs to Sarnow.", 1.0),
+            RetrievedDoc("l", "Osterby Light", "The Osterby Light was first lit in 1802, on the Osterby cliffs.", 0.9)]
+    read = reader.read_sync("Which opened first, the Varnholm Railway or the Osterby Light?", docs)
+    assert (read.answer, read.kind) == ("Osterby Light", "dated_option")  # 1802 before 1871
+    assert read.citation == Citation("l", "Osterby Light", "The Osterby Light was first lit in 1802, on the Osterby "
+                                                           "cliffs.")
+    by_span = reader.read_sync("Which is longer, the Varnholm Railway or the Osterby Light?", docs)
+    assert by_span.kind == "option" and by_span.answer in ("Varnholm Railway", "Osterby Light")
+    assert 0 < by_span.score <= 1 and by_span.citation.title == by_span.answer and not by_span.abstained
+    only_b = [RetrievedDoc("l", "Osterby", "The Osterby Light was first lit in 1802.", 1.0)]
+    assert reader.read_sync("Which opened first, the Varnholm Railway or the Osterby Light?", only_b).answer \
+        == "Osterby Light"  # the one option mentioned
+    unrelated = [RetrievedDoc("t", "Tarsk", "Tarsk is a town in Veldland, founded in 1203.", 1.0)]
+    free = reader.read_sync("Which opened first, the Varnholm Railway or the Osterby Light?", unrelated)
+    assert free.answer not in ("Varnholm Railway", "Osterby Light")  # no option mentioned: a free span or nothing
 
 
 def test_train_reader_names_a_missing_questions_file(tmp_path: Path) -> None:

@@ -37,6 +37,14 @@ def test_columns_score_abstentions_as_the_harness_does_and_the_oracle_takes_each
     assert cols["confident"] == 0.0  # the surest answers are the wrong graph one and the unanswerable passage one
 
 
+def test_only_a_free_span_abstains() -> None:
+    """The reader's choice and yes/no reads answer whatever their score, as in the loop."""
+    mo = _mode_oracle()
+    chosen = {**ROWS[0]["passage"], "kind": "option", "score": 0.001}
+    assert mo.scored(ROWS[0], chosen, 0.01) == 1.0 and not mo.abstains(chosen, 0.5)
+    assert mo.abstains({**chosen, "kind": "span"}, 0.01)
+
+
 def test_refusals_trade_precision_for_recall_as_the_threshold_rises() -> None:
     lines = _mode_oracle().refusals(ROWS, "graph", (0.001, 0.01, 0.95)).splitlines()
     assert lines[2] == "| 0.001 | 0 | — | 0.00 | 0.0 |"

@@ -12,6 +12,13 @@ Yes/no questions (a rule: the question opens with an auxiliary verb, ``Is``/``Wa
 ``or`` choice) cannot be answered by a span: for them the yes/no head's log-odds, averaged over the windows, say
 "yes" or "no".
 
+A question that names its options ("Which opened first, A or B?", "Of A and B, which one ...?") is answered by one
+of them (:func:`choice_options`): when it asks which came first or later and each option's page gives a year, the
+earlier or later year decides (:func:`option_year`); otherwise the option whose mention in the documents the span
+head scores highest. Its answer is a span of the question, which a free span rarely is: on 100 such questions of a
+2Wiki-derived training draw, free spans were right 10 times, the best-scored option 53, with the year rule 68
+(docs/research/2026-11-28-choice-questions.md).
+
 Weights: only what fine-tuning changed ships (the top ``MiniLM`` layers and both heads, fp16, in
 ``weights/minilm-reader``); the embeddings and lower layers are read from the installed MiniLM package, whose
 ``model.safetensors`` hash the card records and the loader checks, so a different base is refused, not misread.
@@ -25,12 +32,13 @@ import asyncio
 import functools
 import hashlib
 import json
+import math
 import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -38,6 +46,7 @@ from ..retrieval.types import RetrievedDoc
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
 
+ReadKind = Literal["span", "yes_no", "option", "dated_option"]
 READER_WEIGHTS = "reader.safetensors"
 READER_CARD = "reader_card.json"
 SHIPPED_READER = "minilm-reader"
@@ -75,6 +84,10 @@ class ReaderAnswer:
     answer: str | None
     score: float
     citation: Citation | None = None
+    kind: ReadKind = "span"
+    """How it was read: a free ``span`` (the only kind that abstains, below ``abstain_below``), ``yes_no`` (score:
+    the yes/no head's probability), ``option`` or ``dated_option`` (a choice question; score: the span head's
+    probability of the answer among the options)."""
 
     @property
     def abstained(self) -> bool:
@@ -241,6 +254,80 @@ def window_inputs(tokenizer: Any, questions: Sequence[str], contexts: Sequence[s
 
 
 CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
+_WHO_OR_WHAT = re.compile(r"^who or what\b", re.IGNORECASE)
+_OF_TWO = re.compile(r"^(?:of|between)\s+(.+?)\s+and\s+(.+?),\s*(?:which|who|what)\b", re.IGNORECASE)
+_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
+_ASKS_WHICH = re.compile(r"\b(?:which|who|whom|what)\b", re.IGNORECASE)
+"""A choice asks which before it names the options; an ``or`` inside a statement ("..., cardboard or wood plates
+are coated ...") follows no such word."""
+_NAMED = re.compile(r"(?:^|\s)[A-Z0-9]")
+"""An option names something: a capitalised word or a number (the options a corpus question compares are entities)."""
+_CLAUSE_AFTER = re.compile(r",\s+(?=[a-z])")
+"""Where a second option ends and the question goes on: "..., Lee Ranaldo or Ozzy Osbourne, has had ...?" (a name's
+own comma is followed by a capital or a digit: "Peter, Count of Dreux", "George Rodney, 2nd Baron Rodney")."""
+_MAX_OPTION_WORDS = 12
+
+
+def choice_options(question: str) -> list[str] | None:
+    """The two options a question asks to choose between, as it writes them without a leading article: "Which
+    opened first, the Railway or the Light?" (the options after the last comma or colon before its last ``or``),
+    "Of A and B, which one ...?" / "Between A and B, who ...?". None for any other question, and for an ``or`` with
+    no comma or colon before it ("Did A or B come first?"), whose options have no reliable left edge. Of the 10,000
+    HotpotQA questions of RouteRAG's RL training parquet, 751 read as choices, and the answer is one of the options
+    for 602 (most others: the answer is a longer name, "Allen Stuart Drury" for "Allen Drury")."""
+    question = " ".join(question.split())
+    paired = _OF_TWO.match(question)
+    if paired:
+        options = [paired.group(1), paired.group(2)]
+    else:
+        body = _WHO_OR_WHAT.sub("", question)
+        at = body.lower().rfind(" or ")
+        cut = max(body.rfind(":", 0, max(at, 0)), body.rfind(",", 0, max(at, 0)))
+        if at < 0 or cut < 0 or not _ASKS_WHICH.search(question[:len(question) - len(body) + cut]):
+            return None
+        options = [body[cut + 1:at], _CLAUSE_AFTER.split(body[at + 4:], 1)[0].rstrip(" ?")]
+    options = [_ARTICLE.sub("", o.strip(" ,")) for o in options]
+    if not all(options) or max(len(o.split()) for o in options) > _MAX_OPTION_WORDS:
+        return None
+    if all(o.isdigit() for o in options):  # "Between 2010 and 2014, which stadium ...?" asks for neither
+        return None
+    if not all(_NAMED.search(o) for o in options):  # "What activity, restricted or banned in ..., was ...?"
+        return None
+    return options
+
+
+_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
+_EARLIER = re.compile(r"\b(first|earlier|earliest|before|older|oldest|sooner)\b", re.IGNORECASE)
+_LATER = re.compile(r"\b(later|latest|last|after|younger|youngest|newer|newest|more recent)\b", re.IGNORECASE)
+
+
+def asks_earlier(question: str) -> bool | None:
+    """True when a choice question asks which came first ("earlier", "before", "older"), False when it asks which
+    came later, None when it asks neither, or both."""
+    earlier, later = bool(_EARLIER.search(question)), bool(_LATER.search(question))
+    return None if earlier == later else earlier
+
+
+def option_year(option: str, docs: Sequence[RetrievedDoc]) -> tuple[int, Citation] | None:
+    """The year that dates an option, with the sentence that gives it: the first year of the option's own page (a
+    document titled as the option: a person's birth, a building's opening), else of the first sentence that
+    mentions the option."""
+    forms = [f.lower() for f in option_forms(option)]
+    own = [d for d in docs if " ".join((d.title or "").split()).lower() in forms]
+    mentions = [(d, sentence) for d in docs for sentence in split_sentences(d.text)
+                if any(f in sentence.lower() for f in forms)]
+    for doc, sentence in [(d, sentence) for d in own for sentence in split_sentences(d.text)] + mentions:
+        year = _YEAR.search(sentence)
+        if year:
+            return int(year.group(1)), Citation(doc.id, doc.title, sentence)
+    return None
+
+
+def option_forms(option: str) -> list[str]:
+    """How an option may be written in a document: whole, or its head before a comma or bracket ("William Barnard
+    (bishop)" is "William Barnard" in his page's text)."""
+    head = re.split(r"\s*[,(]", option)[0].strip()
+    return [option, head] if head and head != option else [option]
 
 
 def question_echoes(input_ids: Any, sequence_ids: list[list[int | None]], question: str) -> list[list[bool]] | None:
@@ -263,6 +350,32 @@ def doc_context(doc: RetrievedDoc) -> tuple[str, int]:
     return prefix + doc.text, len(prefix)
 
 
+def window_log_probs(start: Any, end: Any, in_context: Any) -> tuple[Any, Any]:
+    """One window's start and end log-probabilities over its context tokens and ``[CLS]`` ("not in this window",
+    part of the softmax so a span's score is comparable to abstaining)."""
+    import torch
+
+    allowed = in_context.clone()
+    allowed[0] = True
+    return (torch.log_softmax(start.masked_fill(~allowed, -1e4), -1),
+            torch.log_softmax(end.masked_fill(~allowed, -1e4), -1))
+
+
+def option_mentions(tokenizer: Any, input_ids: Any, sequence_ids: list[list[int | None]],
+                    options: Sequence[str]) -> list[tuple[int, int, int, int]]:
+    """Every mention of an option in the windows' context tokens: (option, window, start token, end token)."""
+    forms = [(i, tokenizer(f, add_special_tokens=False)["input_ids"]) for i, o in enumerate(options)
+             for f in option_forms(o)]
+    found = []
+    for w, sids in enumerate(sequence_ids):
+        ids = input_ids[w].tolist()
+        for i, form in forms:
+            n = len(form)
+            found += [(i, w, s, s + n - 1) for s in range(len(ids) - n + 1)
+                      if sids[s] == 1 and sids[s + n - 1] == 1 and ids[s:s + n] == form]
+    return found
+
+
 def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int | None]],
                max_answer_tokens: int, segments: list[list[int]] | None = None,
                echoes: list[list[bool]] | None = None) -> list[tuple[float, int, int]]:
@@ -276,10 +389,7 @@ def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int |
     out = []
     for w in range(start_logits.shape[0]):
         ctx = torch.tensor([sid == 1 for sid in sequence_ids[w]])
-        allowed = ctx.clone()
-        allowed[0] = True  # [CLS]: "not in this window", part of the softmax so scores are comparable to abstaining
-        ls = torch.log_softmax(start_logits[w].masked_fill(~allowed, -1e4), -1)
-        le = torch.log_softmax(end_logits[w].masked_fill(~allowed, -1e4), -1)
+        ls, le = window_log_probs(start_logits[w], end_logits[w], ctx)
         pair = ls[:, None] + le[None, :]
         n = pair.shape[0]
         idx = torch.arange(n)
@@ -332,6 +442,10 @@ class ExtractiveReader:
         if is_yes_no(question):
             return self._yes_no(yes, owners, docs)
         seq_ids = [enc.sequence_ids(w) for w in range(len(owners))]
+        options = choice_options(question)
+        chosen = self._choose(question, options, enc, start, end, seq_ids, contexts, docs) if options else None
+        if chosen is not None:
+            return chosen
         in_body = [[int(a >= contexts[owners[w]][1]) for a, _ in enc["offset_mapping"][w].tolist()]
                    for w in range(len(owners))]
         spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body,
@@ -340,16 +454,37 @@ class ExtractiveReader:
         logp, s, e = spans[w]
         if logp == float("-inf"):
             return ReaderAnswer(None, 0.0)
-        offsets = enc["offset_mapping"][w].tolist()
-        doc_i = owners[w]
-        text, body_at = contexts[doc_i]
-        a, b = offsets[s][0], offsets[e][1]
-        score = float(torch.exp(torch.tensor(logp)))
-        answer = " ".join(text[a:b].split())
-        citation = Citation(docs[doc_i].id, docs[doc_i].title, sentence_at(docs[doc_i].text, a - body_at))
+        answer, citation = _located(enc, w, s, e, contexts, docs)
+        score = math.exp(logp)
         if score < self.card.abstain_below or not answer:
             return ReaderAnswer(None, score, None)
         return ReaderAnswer(answer, score, citation)
+
+    def _choose(self, question: str, options: list[str], enc: Any, start: Any, end: Any,
+                seq_ids: list[list[int | None]], contexts: list[tuple[str, int]],
+                docs: Sequence[RetrievedDoc]) -> ReaderAnswer | None:
+        """One of the options: by their years when the question asks which came first or later and both are dated
+        differently, else the one whose best mention the span head scores highest, cited where it is mentioned.
+        None when no document mentions an option (the free span reading decides, and may abstain). A choice never
+        abstains: the answer is one of the options, and a guess between two beats a refusal."""
+        import torch
+
+        best: dict[int, tuple[float, Citation]] = {}
+        for option, w, s, e in option_mentions(self.tokenizer, enc["input_ids"], seq_ids, options):
+            ls, le = window_log_probs(start[w], end[w], torch.tensor([sid == 1 for sid in seq_ids[w]]))
+            logp = float(ls[s] + le[e])
+            if option not in best or logp > best[option][0]:
+                best[option] = (logp, _located(enc, w, s, e, contexts, docs)[1])
+        if not best:
+            return None
+        shares = torch.softmax(torch.tensor([best[i][0] if i in best else float("-inf") for i in range(len(options))]),
+                               0).tolist()
+        earlier, years = asks_earlier(question), [option_year(o, docs) for o in options]
+        if earlier is not None and all(years) and len({y[0] for y in years}) == len(years):
+            pick = [y[0] for y in years].index((min if earlier else max)(y[0] for y in years))
+            return ReaderAnswer(options[pick], shares[pick], years[pick][1], "dated_option")
+        pick = max(best, key=lambda i: best[i][0])
+        return ReaderAnswer(options[pick], shares[pick], best[pick][1], "option")
 
     def _yes_no(self, yes_logits: Any, owners: list[int], docs: Sequence[RetrievedDoc]) -> ReaderAnswer:
         """Mean log-odds over the windows; the cited document is the one that leans hardest the chosen way."""
@@ -361,7 +496,19 @@ class ExtractiveReader:
         doc = docs[owners[int(torch.argmax(lean))]]
         sentences = split_sentences(doc.text)
         return ReaderAnswer(answer, float(torch.sigmoid(torch.tensor(abs(mean)))),
-                            Citation(doc.id, doc.title, sentences[0] if sentences else doc.text[:200]))
+                            Citation(doc.id, doc.title, sentences[0] if sentences else doc.text[:200]), "yes_no")
+
+
+def _located(enc: Any, window: int, start: int, end: int, contexts: list[tuple[str, int]],
+             docs: Sequence[RetrievedDoc]) -> tuple[str, Citation]:
+    """The text of tokens ``start``..``end`` of a window (spaces collapsed) and its citation: the document and the
+    sentence that hold it."""
+    offsets = enc["offset_mapping"][window].tolist()
+    doc_i = int(enc["overflow_to_sample_mapping"][window])
+    text, body_at = contexts[doc_i]
+    a, b = offsets[start][0], offsets[end][1]
+    doc = docs[doc_i]
+    return " ".join(text[a:b].split()), Citation(doc.id, doc.title, sentence_at(doc.text, a - body_at))
 
 
 def sentence_at(text: str, char: int) -> str:
@@ -380,5 +527,5 @@ def load_reader(folder: str | None = None, abstain_below: float | None = None) -
     """One reader per folder and threshold in a process (the server, evaluation and ``ask`` share it)."""
     return ExtractiveReader(folder, abstain_below=abstain_below)
 
-__all__ = ["ExtractiveReader", "ReaderAnswer", "ReaderCard", "is_yes_no", "load_reader", "shipped_reader_path",
+__all__ = ["ExtractiveReader", "ReaderAnswer", "ReaderCard", "choice_options", "is_yes_no", "load_reader", "shipped_reader_path",
            "build_span_model", "save_reader", "trainable_state", "window_inputs", "doc_context", "best_spans"]
