@@ -71,6 +71,7 @@ class Loop(Mapping[str, Any]):
     fresh_documents: bool = False
     query: QueryMode = "free"
     search_on_abstain: bool = False
+    search_options: bool = False
 
     def __getitem__(self, name: str) -> Any:
         if name not in LOOP_FIELDS:
@@ -331,6 +332,12 @@ class LoopSettings(StrictModel):
     after graph or hybrid), and the reader reads again; its trace step says ``by_loop``. Why: the extractive reader
     abstains mostly where the policy's search missed, and a small router cannot tell that from its documents.
     Off: the abstention is the answer (a refusal)."""
+    search_options: bool | None = None
+    """A question that names its options ("Which opened first, A or B?") answered by the extractive reader: before
+    it reads, the loop searches each option the documents leave undated (for a question of which came first or
+    later) or unmentioned, in the mode of the trajectory's first search, while the budget has searches left; its
+    trace steps say ``by_loop``. Why: the reader decides by the options' years or mentions, and one search often
+    brings one option's page (docs/research/2026-11-28-choice-questions.md). Off: it reads what the policy found."""
 
     def resolve(self, *fallbacks: LoopSettings | None) -> Loop:
         """Every field decided: this object's value where set, else the first fallback's that is set (a trainer's

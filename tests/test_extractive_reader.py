@@ -81,6 +81,11 @@ def test_a_question_of_which_came_first_is_dated_by_each_options_page() -> None:
     assert option_year("Signe Dahl", docs) is None
     mentioned = [RetrievedDoc("h", "Sarnow", "Sarnow is a port. Ida Somme lived there from 1890.", 1.0)]
     assert option_year("Ida Somme", mentioned)[0] == 1890  # no page of its own: the first sentence naming it
+    from routerag.policy.extractive import undecided_options
+
+    assert undecided_options("Who was born first, Ida Somme or Signe Dahl?", docs) == ["Signe Dahl"]  # undated
+    assert undecided_options("Who is taller, Ida Somme or Signe Dahl?", docs) == ["Signe Dahl"]  # unmentioned
+    assert undecided_options("Who is Ida Somme?", docs) == []
 
 
 def test_the_citation_is_the_sentence_holding_the_span() -> None:
@@ -423,6 +428,26 @@ def test_search_on_abstain_searches_the_question_in_the_other_mode_once() -> Non
     loop = PolicyLoop(ScriptedGenerator(script), search, replace(cfg, extractive_reader=reader))
     traj = asyncio.run(loop.run(question))
     assert traj.finish == "refused" and traj.answer == REFUSAL_ANSWER and len(search.calls) == 2 and reader.reads == 2
+
+
+def test_search_options_searches_the_option_the_documents_do_not_mention() -> None:
+    question = "Which is longer, the Varnholm Railway or the Osterby Light?"
+    reader = _AnswersOnlyFrom("Osterby Light")
+    search = FakeSearch({"Varnholm Railway": ["Varnholm Railway"], "Osterby Light": ["Osterby Light"]})
+    script = ["<search>[graph] Varnholm Railway</search>", "<answer>somewhere</answer>"]
+    cfg = LoopConfig(extractive_reader=reader, budget=2, search_options=True)
+    traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, cfg).run(question))
+    assert traj.answer == "Tarsk" and reader.reads == 1  # read once, after the option's search
+    assert search.calls[-1][:2] == ("Osterby Light", "graph")  # the unmentioned option, in the first search's mode
+    assert [(s.action, s.by_loop, s.query_source) for s in traj.steps] == [
+        ("search", False, None), ("answer", False, None), ("search", True, "question_span")]
+    for off in (replace(cfg, budget=1), replace(cfg, search_options=False)):  # no search left, or the setting off
+        search.calls.clear()
+        asyncio.run(PolicyLoop(ScriptedGenerator(script), search, off).run(question))
+        assert len(search.calls) == 1
+    search.calls.clear()  # not a choice question: nothing more is searched
+    asyncio.run(PolicyLoop(ScriptedGenerator(script), search, cfg).run("How long is the Varnholm Railway?"))
+    assert len(search.calls) == 1
 
 
 def test_merged_readers_average_their_members_logits(tiny_reader: Path, tmp_path: Path) -> None:

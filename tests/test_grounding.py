@@ -106,6 +106,14 @@ def test_a_rewritten_question_becomes_its_closest_span() -> None:
     assert is_grounded("Oreland", "How long is the River Tamm?", [doc])
 
 
+def test_a_choice_questions_options_are_allowed_queries() -> None:
+    """What a comparison compares is a search target even when it is not a named entity ("God Can Do It", a film)."""
+    question = "Which did earlier, God Can Do It or King Naresuan?"
+    assert is_grounded("God Can Do It", question, []) and is_grounded("King Naresuan", question, [])
+    assert ground("God Can Do It", question, []).source == "question_span"
+    assert [c.text for c in candidates(question, [])][:3] == [question, "God Can Do It", "King Naresuan"]
+
+
 def test_free_queries_are_searched_as_written() -> None:
     traj, _, search = _run(JUNK[:1] + JUNK[-1:], query="free")
     assert search.calls[0][0] == "What is the answer?"

@@ -323,6 +323,17 @@ def option_year(option: str, docs: Sequence[RetrievedDoc]) -> tuple[int, Citatio
     return None
 
 
+def undecided_options(question: str, docs: Sequence[RetrievedDoc]) -> list[str]:
+    """The options of a choice question the documents leave the reader unable to weigh: for a question of which came
+    first or later, those :func:`option_year` cannot date; for another, those no document mentions. Empty for a
+    question that is not a choice."""
+    options = choice_options(question) or []
+    if asks_earlier(question) is not None:
+        return [o for o in options if option_year(o, docs) is None]
+    texts = [f"{d.title or ''}\n{d.text}".lower() for d in docs]
+    return [o for o in options if not any(f.lower() in t for f in option_forms(o) for t in texts)]
+
+
 def option_forms(option: str) -> list[str]:
     """How an option may be written in a document: whole, or its head before a comma or bracket ("William Barnard
     (bishop)" is "William Barnard" in his page's text)."""
@@ -470,8 +481,11 @@ class ExtractiveReader:
         import torch
 
         best: dict[int, tuple[float, Citation]] = {}
+        log_probs: dict[int, tuple[Any, Any]] = {}
         for option, w, s, e in option_mentions(self.tokenizer, enc["input_ids"], seq_ids, options):
-            ls, le = window_log_probs(start[w], end[w], torch.tensor([sid == 1 for sid in seq_ids[w]]))
+            if w not in log_probs:
+                log_probs[w] = window_log_probs(start[w], end[w], torch.tensor([sid == 1 for sid in seq_ids[w]]))
+            ls, le = log_probs[w]
             logp = float(ls[s] + le[e])
             if option not in best or logp > best[option][0]:
                 best[option] = (logp, _located(enc, w, s, e, contexts, docs)[1])
@@ -527,5 +541,6 @@ def load_reader(folder: str | None = None, abstain_below: float | None = None) -
     """One reader per folder and threshold in a process (the server, evaluation and ``ask`` share it)."""
     return ExtractiveReader(folder, abstain_below=abstain_below)
 
-__all__ = ["ExtractiveReader", "ReaderAnswer", "ReaderCard", "choice_options", "is_yes_no", "load_reader", "shipped_reader_path",
-           "build_span_model", "save_reader", "trainable_state", "window_inputs", "doc_context", "best_spans"]
+__all__ = ["ExtractiveReader", "ReaderAnswer", "ReaderCard", "best_spans", "build_span_model", "choice_options",
+           "doc_context", "is_yes_no", "load_reader", "save_reader", "shipped_reader_path", "trainable_state",
+           "undecided_options", "window_inputs"]

@@ -113,8 +113,11 @@ def question_entities(question: str) -> list[str]:
 
 
 def candidates(question: str, docs: Sequence[RetrievedDoc]) -> list[Candidate]:
-    """Every allowed query, best first: the question, its own entities and noun chunks, then per document (in the
-    order shown) its title, entities and noun chunks; no two with the same normalised text."""
+    """Every allowed query, best first: the question, the options it names when it is a choice ("Which did earlier,
+    God Can Do It or King Naresuan?": not always entities), its own entities and noun chunks, then per document (in
+    the order shown) its title, entities and noun chunks; no two with the same normalised text."""
+    from .extractive import choice_options
+
     out: dict[str, Candidate] = {}
 
     def add(text: str, source: QuerySource, doc_id: str | None) -> None:
@@ -123,6 +126,8 @@ def candidates(question: str, docs: Sequence[RetrievedDoc]) -> list[Candidate]:
             out[key(text)] = Candidate(text, source, doc_id)
 
     add(question, "question", None)
+    for option in choice_options(question) or []:
+        add(option, "question_span", None)
     for span, source in _spans(question):
         add(span, source, None)
     for d in docs:

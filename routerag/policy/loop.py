@@ -11,7 +11,8 @@ one thing and returning the next state, with everything the trajectory carries i
 * ``FORCE_ANSWER``: a notice opens the ``<answer>`` the policy then completes (→ ``ANSWER``).
 * ``ANSWER``: the reader, when one is configured, writes the final answer from the documents; done. A refusal
   stands: its answer is :data:`~routerag.prompts.REFUSAL_ANSWER` whatever the reader. With ``search_on_abstain``,
-  a reader that abstains first gets the documents of one more search, the loop's (the question, in a mode not used).
+  a reader that abstains first gets the documents of one more search, the loop's (the question, in a mode not used);
+  with ``search_options``, a choice question's options the documents leave undecided are searched before it reads.
 
 A turn past the response's token budget is not generated: the trajectory is cut off without an answer
 (→ ``ANSWER``). Every turn is traced (thought, mode, query, documents, timings, tokens). When the backend works on
@@ -290,6 +291,8 @@ class PolicyLoop:
         if traj.refused and reader.extractive is None:
             traj.answer = REFUSAL_ANSWER
         elif reader.reads and traj.finish != "no_answer":
+            if reader.extractive is not None:
+                await self._search_options(run)
             read = await self._read(run)
             if read.abstained and await self._search_on_abstain(run):
                 read = await self._read(run)
@@ -333,6 +336,26 @@ class PolicyLoop:
         run.pending = (step, Action("search", "", run.traj.question, mode))
         await self._search(run)
         return len(run.traj.retrieved) > before and bool(run.traj.retrieved[-1].docs)
+
+    async def _search_options(self, run: _Run) -> None:
+        """``search_options``: search each option of a choice question the documents leave undecided (undated, or
+        unmentioned), in the mode of the first search (a forced mode stays forced), while the budget allows; not
+        when the policy answered without searching."""
+        from .extractive import undecided_options
+
+        used = [s.mode for s in run.traj.steps if s.action == "search"]
+        if not run.cfg.search_options or not used:
+            return
+        docs = [d for r in run.traj.retrieved for d in r.docs]
+        searched = {s.query for s in run.traj.steps if s.action == "search"}
+        for option in undecided_options(run.traj.question, docs):
+            if run.traj.searches >= run.cfg.budget:
+                return
+            if option in searched:  # searched already, in the same mode: the same documents again
+                continue
+            step = Step(len(run.traj.steps), "search", query_source="question_span", by_loop=True)
+            run.pending = (step, Action("search", "", option, used[0]))
+            await self._search(run)
 
     # -- one turn of the policy ----------------------------------------------------------------------------------------
 

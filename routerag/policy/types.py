@@ -103,7 +103,8 @@ class Step:
     query_generated: str | None = None
     """What the policy wrote, when grounding replaced it."""
     by_loop: bool = False
-    """The loop ran this search, not the policy: the reader had abstained (``search_on_abstain``)."""
+    """The loop ran this search, not the policy: the reader had abstained (``search_on_abstain``), or the search is
+    for an option of a choice question (``search_options``)."""
     answer: str | None = None
     doc_ids: list[str] = field(default_factory=list)
     doc_titles: list[str] = field(default_factory=list)
