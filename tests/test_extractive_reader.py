@@ -60,6 +60,7 @@ def test_yes_no_questions_are_told_by_a_rule(question: str, expected: bool) -> N
     ("Between 2010 and 2014, which stadium held the most seats?", None),  # years: neither is the answer
     ("As of now, has George Abbott or Matt Stone's career spanned more decades?", None),  # no "which" before them
     ("What activity, restricted or banned in many countries, was his business?", None),  # not names
+    ("Which is older, Москва or Киев?", ["Москва", "Киев"]),  # names in another script
 ])
 def test_a_choice_questions_options_are_read_off_it(question: str, expected: list[str] | None) -> None:
     assert choice_options(question) == expected
@@ -86,6 +87,10 @@ def test_a_question_of_which_came_first_is_dated_by_each_options_page() -> None:
     assert undecided_options("Who was born first, Ida Somme or Signe Dahl?", docs) == ["Signe Dahl"]  # undated
     assert undecided_options("Who is taller, Ida Somme or Signe Dahl?", docs) == ["Signe Dahl"]  # unmentioned
     assert undecided_options("Who is Ida Somme?", docs) == []
+    tied = [RetrievedDoc("g", "The Glass Lighthouse", "The Glass Lighthouse premiered at the Halvard Opera House in "
+                                                      "1994.", 1.0)]  # one event's year for both options
+    assert undecided_options("Which is older, the Halvard Opera House or The Glass Lighthouse?", tied) == [
+        "Halvard Opera House", "Glass Lighthouse"]
 
 
 def test_the_citation_is_the_sentence_holding_the_span() -> None:

@@ -260,12 +260,16 @@ _ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
 _ASKS_WHICH = re.compile(r"\b(?:which|who|whom|what)\b", re.IGNORECASE)
 """A choice asks which before it names the options; an ``or`` inside a statement ("..., cardboard or wood plates
 are coated ...") follows no such word."""
-_NAMED = re.compile(r"(?:^|\s)[A-Z0-9]")
-"""An option names something: a capitalised word or a number (the options a corpus question compares are entities)."""
 _CLAUSE_AFTER = re.compile(r",\s+(?=[a-z])")
 """Where a second option ends and the question goes on: "..., Lee Ranaldo or Ozzy Osbourne, has had ...?" (a name's
 own comma is followed by a capital or a digit: "Peter, Count of Dreux", "George Rodney, 2nd Baron Rodney")."""
 _MAX_OPTION_WORDS = 12
+
+
+def _names_something(option: str) -> bool:
+    """An option names something: a word that opens with a capital, a digit or a letter of a script without case
+    (the options a corpus question compares are entities, not "restricted or banned")."""
+    return any(w[0].isalnum() and not w[0].islower() for w in option.split())
 
 
 def choice_options(question: str) -> list[str] | None:
@@ -291,7 +295,7 @@ def choice_options(question: str) -> list[str] | None:
         return None
     if all(o.isdigit() for o in options):  # "Between 2010 and 2014, which stadium ...?" asks for neither
         return None
-    if not all(_NAMED.search(o) for o in options):  # "What activity, restricted or banned in ..., was ...?"
+    if not all(_names_something(o) for o in options):  # "What activity, restricted or banned in ..., was ...?"
         return None
     return options
 
@@ -325,11 +329,13 @@ def option_year(option: str, docs: Sequence[RetrievedDoc]) -> tuple[int, Citatio
 
 def undecided_options(question: str, docs: Sequence[RetrievedDoc]) -> list[str]:
     """The options of a choice question the documents leave the reader unable to weigh: for a question of which came
-    first or later, those :func:`option_year` cannot date; for another, those no document mentions. Empty for a
+    first or later, those :func:`option_year` cannot date or dates with the same year as another (a year read off a
+    sentence that names two options is often one event's); for another, those no document mentions. Empty for a
     question that is not a choice."""
     options = choice_options(question) or []
     if asks_earlier(question) is not None:
-        return [o for o in options if option_year(o, docs) is None]
+        years = [dated[0] if (dated := option_year(o, docs)) else None for o in options]
+        return [o for o, y in zip(options, years) if y is None or years.count(y) > 1]
     texts = [f"{d.title or ''}\n{d.text}".lower() for d in docs]
     return [o for o in options if not any(f.lower() in t for f in option_forms(o) for t in texts)]
 
