@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from routerag.policy import LoopConfig, PolicyLoop
-from routerag.policy.extractive import (ExtractiveReader, ReaderAnswer, choice_options, clip_question, is_yes_no,
-                                        read_reader_card, sentence_at, shipped_reader_path)
+from routerag.policy.choices import choice_options
+from routerag.policy.extractive import (ExtractiveReader, ReaderAnswer, clip_question, is_yes_no, read_reader_card,
+                                        sentence_at, shipped_reader_path)
 from routerag.policy.citations import Citation
 from routerag.prompts import REFUSAL_ANSWER
 from routerag.retrieval.types import RetrievedDoc
@@ -67,7 +68,7 @@ def test_a_choice_questions_options_are_read_off_it(question: str, expected: lis
 
 
 def test_a_question_of_which_came_first_is_dated_by_each_options_page() -> None:
-    from routerag.policy.extractive import asks_earlier, option_year
+    from routerag.policy.choices import asks_earlier, option_year
 
     assert asks_earlier("Who was born first, A or B?") is True and asks_earlier("Which is older, A or B?") is True
     assert asks_earlier("Who or what died before the other: A or B?") is True
@@ -82,7 +83,7 @@ def test_a_question_of_which_came_first_is_dated_by_each_options_page() -> None:
     assert option_year("Signe Dahl", docs) is None
     mentioned = [RetrievedDoc("h", "Sarnow", "Sarnow is a port. Ida Somme lived there from 1890.", 1.0)]
     assert option_year("Ida Somme", mentioned)[0] == 1890  # no page of its own: the first sentence naming it
-    from routerag.policy.extractive import undecided_options
+    from routerag.policy.choices import undecided_options
 
     assert undecided_options("Who was born first, Ida Somme or Signe Dahl?", docs) == ["Signe Dahl"]  # undated
     assert undecided_options("Who is taller, Ida Somme or Signe Dahl?", docs) == ["Signe Dahl"]  # unmentioned

@@ -13,8 +13,8 @@ Yes/no questions (a rule: the question opens with an auxiliary verb, ``Is``/``Wa
 "yes" or "no".
 
 A question that names its options ("Which opened first, A or B?", "Of A and B, which one ...?") is answered by one
-of them (:func:`choice_options`): when it asks which came first or later and each option's page gives a year, the
-earlier or later year decides (:func:`option_year`); otherwise the option whose mention in the documents the span
+of them (:mod:`.choices`): when it asks which came first or later and each option's page gives a year, the
+earlier or later year decides; otherwise the option whose mention in the documents the span
 head scores highest. Its answer is a span of the question, which a free span rarely is: on 100 such questions of a
 2Wiki-derived training draw, free spans were right 10 times, the best-scored option 53, with the year rule 68
 (docs/research/2026-11-28-choice-questions.md).
@@ -43,6 +43,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..retrieval.types import RetrievedDoc
+from .choices import asks_earlier, choice_options, option_forms, option_year
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
 
@@ -254,97 +255,6 @@ def window_inputs(tokenizer: Any, questions: Sequence[str], contexts: Sequence[s
 
 
 CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
-_WHO_OR_WHAT = re.compile(r"^who or what\b", re.IGNORECASE)
-_OF_TWO = re.compile(r"^(?:of|between)\s+(.+?)\s+and\s+(.+?),\s*(?:which|who|what)\b", re.IGNORECASE)
-_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
-_ASKS_WHICH = re.compile(r"\b(?:which|who|whom|what)\b", re.IGNORECASE)
-"""A choice asks which before it names the options; an ``or`` inside a statement ("..., cardboard or wood plates
-are coated ...") follows no such word."""
-_CLAUSE_AFTER = re.compile(r",\s+(?=[a-z])")
-"""Where a second option ends and the question goes on: "..., Lee Ranaldo or Ozzy Osbourne, has had ...?" (a name's
-own comma is followed by a capital or a digit: "Peter, Count of Dreux", "George Rodney, 2nd Baron Rodney")."""
-_MAX_OPTION_WORDS = 12
-
-
-def _names_something(option: str) -> bool:
-    """An option names something: a word that opens with a capital, a digit or a letter of a script without case
-    (the options a corpus question compares are entities, not "restricted or banned")."""
-    return any(w[0].isalnum() and not w[0].islower() for w in option.split())
-
-
-def choice_options(question: str) -> list[str] | None:
-    """The two options a question asks to choose between, as it writes them without a leading article: "Which
-    opened first, the Railway or the Light?" (the options after the last comma or colon before its last ``or``),
-    "Of A and B, which one ...?" / "Between A and B, who ...?". None for any other question, and for an ``or`` with
-    no comma or colon before it ("Did A or B come first?"), whose options have no reliable left edge. Of the 10,000
-    HotpotQA questions of RouteRAG's RL training parquet, 751 read as choices, and the answer is one of the options
-    for 602 (most others: the answer is a longer name, "Allen Stuart Drury" for "Allen Drury")."""
-    question = " ".join(question.split())
-    paired = _OF_TWO.match(question)
-    if paired:
-        options = [paired.group(1), paired.group(2)]
-    else:
-        body = _WHO_OR_WHAT.sub("", question)
-        at = body.lower().rfind(" or ")
-        cut = max(body.rfind(":", 0, max(at, 0)), body.rfind(",", 0, max(at, 0)))
-        if at < 0 or cut < 0 or not _ASKS_WHICH.search(question[:len(question) - len(body) + cut]):
-            return None
-        options = [body[cut + 1:at], _CLAUSE_AFTER.split(body[at + 4:], 1)[0].rstrip(" ?")]
-    options = [_ARTICLE.sub("", o.strip(" ,")) for o in options]
-    if not all(options) or max(len(o.split()) for o in options) > _MAX_OPTION_WORDS:
-        return None
-    if all(o.isdigit() for o in options):  # "Between 2010 and 2014, which stadium ...?" asks for neither
-        return None
-    if not all(_names_something(o) for o in options):  # "What activity, restricted or banned in ..., was ...?"
-        return None
-    return options
-
-
-_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
-_EARLIER = re.compile(r"\b(first|earlier|earliest|before|older|oldest|sooner)\b", re.IGNORECASE)
-_LATER = re.compile(r"\b(later|latest|last|after|younger|youngest|newer|newest|more recent)\b", re.IGNORECASE)
-
-
-def asks_earlier(question: str) -> bool | None:
-    """True when a choice question asks which came first ("earlier", "before", "older"), False when it asks which
-    came later, None when it asks neither, or both."""
-    earlier, later = bool(_EARLIER.search(question)), bool(_LATER.search(question))
-    return None if earlier == later else earlier
-
-
-def option_year(option: str, docs: Sequence[RetrievedDoc]) -> tuple[int, Citation] | None:
-    """The year that dates an option, with the sentence that gives it: the first year of the option's own page (a
-    document titled as the option: a person's birth, a building's opening), else of the first sentence that
-    mentions the option."""
-    forms = [f.lower() for f in option_forms(option)]
-    own = [d for d in docs if " ".join((d.title or "").split()).lower() in forms]
-    mentions = [(d, sentence) for d in docs for sentence in split_sentences(d.text)
-                if any(f in sentence.lower() for f in forms)]
-    for doc, sentence in [(d, sentence) for d in own for sentence in split_sentences(d.text)] + mentions:
-        year = _YEAR.search(sentence)
-        if year:
-            return int(year.group(1)), Citation(doc.id, doc.title, sentence)
-    return None
-
-
-def undecided_options(question: str, docs: Sequence[RetrievedDoc]) -> list[str]:
-    """The options of a choice question the documents leave the reader unable to weigh: for a question of which came
-    first or later, those :func:`option_year` cannot date or dates with the same year as another (a year read off a
-    sentence that names two options is often one event's); for another, those no document mentions. Empty for a
-    question that is not a choice."""
-    options = choice_options(question) or []
-    if asks_earlier(question) is not None:
-        years = [dated[0] if (dated := option_year(o, docs)) else None for o in options]
-        return [o for o, y in zip(options, years) if y is None or years.count(y) > 1]
-    texts = [f"{d.title or ''}\n{d.text}".lower() for d in docs]
-    return [o for o in options if not any(f.lower() in t for f in option_forms(o) for t in texts)]
-
-
-def option_forms(option: str) -> list[str]:
-    """How an option may be written in a document: whole, or its head before a comma or bracket ("William Barnard
-    (bishop)" is "William Barnard" in his page's text)."""
-    head = re.split(r"\s*[,(]", option)[0].strip()
-    return [option, head] if head and head != option else [option]
 
 
 def question_echoes(input_ids: Any, sequence_ids: list[list[int | None]], question: str) -> list[list[bool]] | None:
@@ -547,6 +457,5 @@ def load_reader(folder: str | None = None, abstain_below: float | None = None) -
     """One reader per folder and threshold in a process (the server, evaluation and ``ask`` share it)."""
     return ExtractiveReader(folder, abstain_below=abstain_below)
 
-__all__ = ["ExtractiveReader", "ReaderAnswer", "ReaderCard", "best_spans", "build_span_model", "choice_options",
-           "doc_context", "is_yes_no", "load_reader", "save_reader", "shipped_reader_path", "trainable_state",
-           "undecided_options", "window_inputs"]
+__all__ = ["ExtractiveReader", "ReaderAnswer", "ReaderCard", "best_spans", "build_span_model", "doc_context",
+           "is_yes_no", "load_reader", "save_reader", "shipped_reader_path", "trainable_state", "window_inputs"]

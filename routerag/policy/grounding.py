@@ -27,6 +27,7 @@ from typing import Literal
 
 from ..metrics import normalize_answer
 from ..retrieval.types import RetrievedDoc
+from .choices import choice_options
 
 QuerySource = Literal["question", "question_span", "title", "entity", "noun_chunk"]
 """Where a grounded query came from."""
@@ -116,8 +117,6 @@ def candidates(question: str, docs: Sequence[RetrievedDoc]) -> list[Candidate]:
     """Every allowed query, best first: the question, the options it names when it is a choice ("Which did earlier,
     God Can Do It or King Naresuan?": not always entities), its own entities and noun chunks, then per document (in
     the order shown) its title, entities and noun chunks; no two with the same normalised text."""
-    from .extractive import choice_options
-
     out: dict[str, Candidate] = {}
 
     def add(text: str, source: QuerySource, doc_id: str | None) -> None:

@@ -36,6 +36,7 @@ from ..prompts import (BUDGET_NOTICE, BUDGET_NOTICE_TEXT, DEFAULT_INSTRUCTION, I
 from ..retrieval.types import QueryError, RetrievalResult, RetrievedDoc
 from ..vocabulary import Mode, ReaderPrompt, SegmentKind
 from .answering import Reader
+from .choices import undecided_options
 from .grounding import ground, rewrite_search
 from .parsing import STOP_STRINGS, Action, close_stop, is_refusal, parse_turn
 from .tokens import TokenCounter
@@ -341,8 +342,6 @@ class PolicyLoop:
         """``search_options``: search each option of a choice question the documents leave undecided (undated, or
         unmentioned), in the mode of the first search (a forced mode stays forced), while the budget allows; not
         when the policy answered without searching."""
-        from .extractive import undecided_options
-
         used = [s.mode for s in run.traj.steps if s.action == "search"]
         if not run.cfg.search_options or not used:
             return

@@ -1,0 +1,108 @@
+"""Choice questions: the two options a question asks to choose between ("Which opened first, the Railway or the
+Light?"), and what dates them in the documents.
+
+Their answer is a span of the question, which the extractive reader's free spans rule out (a span made only of the
+question's tokens is never the answer); :class:`~routerag.policy.extractive.ExtractiveReader` answers them with an
+option instead, the loop's ``search_options`` searches the options the documents leave undecided, and grounding
+allows the options as queries. Rules, not a model: measured in docs/research/2026-11-28-choice-questions.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..retrieval.types import RetrievedDoc
+from .citations import Citation, split_sentences
+
+_WHO_OR_WHAT = re.compile(r"^who or what\b", re.IGNORECASE)
+_OF_TWO = re.compile(r"^(?:of|between)\s+(.+?)\s+and\s+(.+?),\s*(?:which|who|what)\b", re.IGNORECASE)
+_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
+_ASKS_WHICH = re.compile(r"\b(?:which|who|whom|what)\b", re.IGNORECASE)
+"""A choice asks which before it names the options; an ``or`` inside a statement ("..., cardboard or wood plates
+are coated ...") follows no such word."""
+_CLAUSE_AFTER = re.compile(r",\s+(?=[a-z])")
+"""Where a second option ends and the question goes on: "..., Lee Ranaldo or Ozzy Osbourne, has had ...?" (a name's
+own comma is followed by a capital or a digit: "Peter, Count of Dreux", "George Rodney, 2nd Baron Rodney")."""
+_MAX_OPTION_WORDS = 12
+
+
+def _names_something(option: str) -> bool:
+    """An option names something: a word that opens with a capital, a digit or a letter of a script without case
+    (the options a corpus question compares are entities, not "restricted or banned")."""
+    return any(w[0].isalnum() and not w[0].islower() for w in option.split())
+
+
+def choice_options(question: str) -> list[str] | None:
+    """The two options a question asks to choose between, as it writes them without a leading article: "Which
+    opened first, the Railway or the Light?" (the options after the last comma or colon before its last ``or``),
+    "Of A and B, which one ...?" / "Between A and B, who ...?". None for any other question, and for an ``or`` with
+    no comma or colon before it ("Did A or B come first?"), whose options have no reliable left edge. Of the 10,000
+    HotpotQA questions of RouteRAG's RL training parquet, 751 read as choices, and the answer is one of the options
+    for 602 (most others: the answer is a longer name, "Allen Stuart Drury" for "Allen Drury")."""
+    question = " ".join(question.split())
+    paired = _OF_TWO.match(question)
+    if paired:
+        options = [paired.group(1), paired.group(2)]
+    else:
+        body = _WHO_OR_WHAT.sub("", question)
+        at = body.lower().rfind(" or ")
+        cut = max(body.rfind(":", 0, max(at, 0)), body.rfind(",", 0, max(at, 0)))
+        if at < 0 or cut < 0 or not _ASKS_WHICH.search(question[:len(question) - len(body) + cut]):
+            return None
+        options = [body[cut + 1:at], _CLAUSE_AFTER.split(body[at + 4:], 1)[0].rstrip(" ?")]
+    options = [_ARTICLE.sub("", o.strip(" ,")) for o in options]
+    if not all(options) or max(len(o.split()) for o in options) > _MAX_OPTION_WORDS:
+        return None
+    if all(o.isdigit() for o in options):  # "Between 2010 and 2014, which stadium ...?" asks for neither
+        return None
+    if not all(_names_something(o) for o in options):  # "What activity, restricted or banned in ..., was ...?"
+        return None
+    return options
+
+
+_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
+_EARLIER = re.compile(r"\b(first|earlier|earliest|before|older|oldest|sooner)\b", re.IGNORECASE)
+_LATER = re.compile(r"\b(later|latest|last|after|younger|youngest|newer|newest|more recent)\b", re.IGNORECASE)
+
+
+def asks_earlier(question: str) -> bool | None:
+    """True when a choice question asks which came first ("earlier", "before", "older"), False when it asks which
+    came later, None when it asks neither, or both."""
+    earlier, later = bool(_EARLIER.search(question)), bool(_LATER.search(question))
+    return None if earlier == later else earlier
+
+
+def option_year(option: str, docs: Sequence[RetrievedDoc]) -> tuple[int, Citation] | None:
+    """The year that dates an option, with the sentence that gives it: the first year of the option's own page (a
+    document titled as the option: a person's birth, a building's opening), else of the first sentence that
+    mentions the option."""
+    forms = [f.lower() for f in option_forms(option)]
+    own = [d for d in docs if " ".join((d.title or "").split()).lower() in forms]
+    mentions = [(d, sentence) for d in docs for sentence in split_sentences(d.text)
+                if any(f in sentence.lower() for f in forms)]
+    for doc, sentence in [(d, sentence) for d in own for sentence in split_sentences(d.text)] + mentions:
+        year = _YEAR.search(sentence)
+        if year:
+            return int(year.group(1)), Citation(doc.id, doc.title, sentence)
+    return None
+
+
+def undecided_options(question: str, docs: Sequence[RetrievedDoc]) -> list[str]:
+    """The options of a choice question the documents leave the reader unable to weigh: for a question of which came
+    first or later, those :func:`option_year` cannot date or dates with the same year as another (a year read off a
+    sentence that names two options is often one event's); for another, those no document mentions. Empty for a
+    question that is not a choice."""
+    options = choice_options(question) or []
+    if asks_earlier(question) is not None:
+        years = [dated[0] if (dated := option_year(o, docs)) else None for o in options]
+        return [o for o, y in zip(options, years) if y is None or years.count(y) > 1]
+    texts = [f"{d.title or ''}\n{d.text}".lower() for d in docs]
+    return [o for o in options if not any(f.lower() in t for f in option_forms(o) for t in texts)]
+
+
+def option_forms(option: str) -> list[str]:
+    """How an option may be written in a document: whole, or its head before a comma or bracket ("William Barnard
+    (bishop)" is "William Barnard" in his page's text)."""
+    head = re.split(r"\s*[,(]", option)[0].strip()
+    return [option, head] if head and head != option else [option]
