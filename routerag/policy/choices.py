@@ -88,6 +88,17 @@ def option_year(option: str, docs: Sequence[RetrievedDoc]) -> tuple[int, Citatio
     return None
 
 
+def dated_choice(question: str, options: Sequence[str], docs: Sequence[RetrievedDoc]) -> tuple[int, Citation] | None:
+    """The option the years decide (its index, and the sentence giving its year) when the question asks which came
+    first or later and every option is dated, each with its own year; None otherwise."""
+    earlier, years = asks_earlier(question), [option_year(o, docs) for o in options]
+    if earlier is None or not all(years) or len({y[0] for y in years if y}) < len(years):
+        return None
+    dated = [y for y in years if y]
+    pick = min(range(len(dated)), key=lambda i: dated[i][0] if earlier else -dated[i][0])
+    return pick, dated[pick][1]
+
+
 def undecided_options(question: str, docs: Sequence[RetrievedDoc]) -> list[str]:
     """The options of a choice question the documents leave the reader unable to weigh: for a question of which came
     first or later, those :func:`option_year` cannot date or dates with the same year as another (a year read off a

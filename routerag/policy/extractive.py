@@ -43,7 +43,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..retrieval.types import RetrievedDoc
-from .choices import asks_earlier, choice_options, option_forms, option_year
+from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
 
@@ -409,10 +409,9 @@ class ExtractiveReader:
             return None
         shares = torch.softmax(torch.tensor([best[i][0] if i in best else float("-inf") for i in range(len(options))]),
                                0).tolist()
-        earlier, years = asks_earlier(question), [option_year(o, docs) for o in options]
-        if earlier is not None and all(years) and len({y[0] for y in years}) == len(years):
-            pick = [y[0] for y in years].index((min if earlier else max)(y[0] for y in years))
-            return ReaderAnswer(options[pick], shares[pick], years[pick][1], "dated_option")
+        dated = dated_choice(question, options, docs)
+        if dated is not None:
+            return ReaderAnswer(options[dated[0]], shares[dated[0]], dated[1], "dated_option")
         pick = max(best, key=lambda i: best[i][0])
         return ReaderAnswer(options[pick], shares[pick], best[pick][1], "option")
 
