@@ -11,6 +11,8 @@ import json
 import logging
 import random
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,25 +27,34 @@ log = logging.getLogger(__name__)
 CHECKPOINT_PREFIX = "checkpoint-"
 
 
+@contextmanager
+def staged_directory(final: Path) -> Iterator[Path]:
+    """A fresh sibling folder (``.NAME.tmp``) to write ``final`` into; it replaces ``final`` when the block ends
+    without error, so a run killed mid-write leaves the previous ``final`` whole (and the next write clears the
+    leftover)."""
+    tmp = final.with_name(f".{final.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    yield tmp
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+
+
 def save_checkpoint(out: Path, step: int, model: Any, tokenizer: Any, optimizer: Any, card: PolicyCard, *,
                     config_json: str | None = None, keep_last: int | None = None) -> Path:
     """Write OUT/checkpoint-STEP atomically; with ``keep_last``, delete older checkpoints beyond that many."""
     final = out / f"{CHECKPOINT_PREFIX}{step}"
-    tmp = out / f".{final.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    if is_peft(model):  # the trained adapter only, not a frozen reference copy
-        model.save_pretrained(tmp / "model", selected_adapters=["default"])
-    else:
-        model.save_pretrained(tmp / "model")
-    tokenizer.save_pretrained(tmp / "model")
-    write_card(tmp / "model", card)
-    torch.save({"optimizer": optimizer.state_dict(), "step": step,
-                "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}, tmp / "state.pt")
-    if config_json is not None:
-        (tmp / "train_config.json").write_text(config_json)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    with staged_directory(final) as tmp:
+        if is_peft(model):  # the trained adapter only, not a frozen reference copy
+            model.save_pretrained(tmp / "model", selected_adapters=["default"])
+        else:
+            model.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        write_card(tmp / "model", card)
+        torch.save({"optimizer": optimizer.state_dict(), "step": step,
+                    "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}, tmp / "state.pt")
+        if config_json is not None:
+            (tmp / "train_config.json").write_text(config_json)
     if keep_last:
         for _, old in sorted(_checkpoints(out))[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)

@@ -24,7 +24,7 @@ import torch
 from routerag.policy.extractive import (READER_CARD, ReaderCard, base_model_path, build_span_model, file_sha256,
                                         save_reader, trainable_state, window_inputs)
 
-from .checkpoints import CHECKPOINT_PREFIX, latest_checkpoint, load_state
+from .checkpoints import CHECKPOINT_PREFIX, latest_checkpoint, load_state, staged_directory
 from .reader_data import SpanExample, data_summary
 
 log = logging.getLogger(__name__)
@@ -132,14 +132,10 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
 def save_train_state(out: Path, step: int, model: Any, optimizer: Any, scheduler: Any, layers: Sequence[int]) -> Path:
     """OUT/checkpoint-STEP, written beside and renamed into place (a kill mid-write keeps the previous one)."""
     final = out / f"{CHECKPOINT_PREFIX}{step}"
-    tmp = out / f".{final.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    torch.save({"model": {k: v.clone() for k, v in trainable_state(model, layers).items()},
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
-                "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}, tmp / "state.pt")
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    with staged_directory(final) as tmp:
+        torch.save({"model": {k: v.clone() for k, v in trainable_state(model, layers).items()},
+                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
+                    "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}, tmp / "state.pt")
     for old in out.glob(f"{CHECKPOINT_PREFIX}*"):
         if old != final and old.name[len(CHECKPOINT_PREFIX):].isdigit():
             shutil.rmtree(old, ignore_errors=True)
@@ -216,11 +212,8 @@ def train_reader(examples: Sequence[SpanExample], out: Path, cfg: ReaderTrainCon
                          "batch_size": cfg.batch_size, "lr": cfg.lr, "head_lr": cfg.head_lr, "seed": cfg.seed,
                          **(provenance or {})})
     final = out / "reader"
-    tmp = out / ".reader.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_reader(tmp, model.eval(), card)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    with staged_directory(final) as tmp:
+        save_reader(tmp, model.eval(), card)
     return final
 
 
@@ -254,14 +247,10 @@ def merge_readers(out: Path, folders: Sequence[Path]) -> ReaderCard:
     merged = cards[0].model_copy(update={"members": len(sources), "trained": {
         "by": "routerag merge-readers", "members": [{"from": str(f), **card.trained}
                                                     for f, card in zip(folders, cards)]}})
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for source, name in zip(sources, member_files(merged)):
-        shutil.copyfile(source, tmp / name)
-    (tmp / READER_CARD).write_text(merged.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    with staged_directory(out) as tmp:
+        for source, name in zip(sources, member_files(merged)):
+            shutil.copyfile(source, tmp / name)
+        (tmp / READER_CARD).write_text(merged.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return merged
 
 
