@@ -436,6 +436,26 @@ def test_search_on_abstain_searches_the_question_in_the_other_mode_once() -> Non
     assert traj.finish == "refused" and traj.answer == REFUSAL_ANSWER and len(search.calls) == 2 and reader.reads == 2
 
 
+def test_an_unsearched_answer_gets_one_search_of_the_question_before_the_reader_reads() -> None:
+    """A policy that answers (or refuses) without searching leaves the extractive reader nothing to read: the loop
+    searches the question once, in graph mode, and the reader decides; with no budget the refusal stands."""
+    question = "Where was Joran Veld born?"
+    reader = _AnswersOnlyFrom("Tarsk")
+    search = FakeSearch({question: ["Tarsk"]})
+    for draft, action in (("<answer>somewhere</answer>", "answer"), ("<answer>[refuse]</answer>", "refuse")):
+        search.calls.clear()
+        cfg = LoopConfig(extractive_reader=reader, budget=2)
+        traj = asyncio.run(PolicyLoop(ScriptedGenerator([draft]), search, cfg).run(question))
+        assert traj.answer == "Tarsk" and traj.finish == "answer" and traj.searches == 1
+        assert [c[:2] for c in search.calls] == [(question, "graph")]
+        assert [(s.action, s.by_loop, s.query_source) for s in traj.steps] == [
+            (action, False, None), ("search", True, "question")]
+    search.calls.clear()
+    traj = asyncio.run(PolicyLoop(ScriptedGenerator(["<answer>somewhere</answer>"]), search,
+                                  LoopConfig(extractive_reader=reader, budget=0)).run(question))
+    assert traj.finish == "refused" and traj.answer == REFUSAL_ANSWER and not search.calls
+
+
 def test_search_options_searches_the_option_the_documents_do_not_mention() -> None:
     question = "Which is longer, the Varnholm Railway or the Osterby Light?"
     reader = _AnswersOnlyFrom("Osterby Light")

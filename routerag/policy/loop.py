@@ -10,7 +10,8 @@ one thing and returning the next state, with everything the trajectory carries i
   and append them as ``<information>`` (→ ``GENERATE``); a query the retriever refuses is an invalid turn.
 * ``FORCE_ANSWER``: a notice opens the ``<answer>`` the policy then completes (→ ``ANSWER``).
 * ``ANSWER``: the reader, when one is configured, writes the final answer from the documents; done. A refusal
-  stands: its answer is :data:`~routerag.prompts.REFUSAL_ANSWER` whatever the reader. With ``search_on_abstain``,
+  stands: its answer is :data:`~routerag.prompts.REFUSAL_ANSWER` whatever the reader. An extractive reader with
+  nothing to read (the policy never searched) first gets one search of the question. With ``search_on_abstain``,
   a reader that abstains first gets the documents of one more search, the loop's (the question, in a mode not used);
   with ``search_options``, a choice question's options the documents leave undecided are searched before it reads.
 
@@ -37,7 +38,7 @@ from ..retrieval.types import QueryError, RetrievalResult, RetrievedDoc
 from ..vocabulary import Mode, ReaderPrompt, SegmentKind
 from .answering import Reader
 from .choices import undecided_options
-from .grounding import ground, rewrite_search
+from .grounding import QuerySource, ground, rewrite_search
 from .parsing import STOP_STRINGS, Action, close_stop, is_refusal, parse_turn
 from .tokens import TokenCounter
 from .types import Generation, GenerationRequest, Generator, SearchBackend, Segment, Step, Trajectory
@@ -293,6 +294,7 @@ class PolicyLoop:
             traj.answer = REFUSAL_ANSWER
         elif reader.reads and traj.finish != "no_answer":
             if reader.extractive is not None:
+                await self._search_unsearched(run)
                 await self._search_options(run)
             read = await self._read(run)
             if read.abstained and await self._search_on_abstain(run):
@@ -323,6 +325,20 @@ class PolicyLoop:
         traj.answered_by = "reader"
         return read
 
+    async def _search_by_loop(self, run: _Run, query: str, mode: Mode, source: QuerySource) -> None:
+        """One search the loop makes, not the policy: traced as ``by_loop``, with where its query came from."""
+        step = Step(len(run.traj.steps), "search", query_source=source, by_loop=True)
+        run.pending = (step, Action("search", "", query, mode))
+        await self._search(run)
+
+    async def _search_unsearched(self, run: _Run) -> None:
+        """The extractive reader only reads documents: when the policy answered without any search (a refusal the
+        reader cannot make for want of anything to read), the loop searches the question first, in graph mode (the
+        best single mode pooled, docs/results.md; a forced mode stays forced), if the budget allows."""
+        if run.traj.retrieved or run.traj.searches >= run.cfg.budget:
+            return
+        await self._search_by_loop(run, run.traj.question, ABSTAIN_MODES[None][0], "question")
+
     async def _search_on_abstain(self, run: _Run) -> bool:
         """``search_on_abstain``: search the question in a mode not used yet, if the budget allows; True when the
         search brought documents the reader has not read."""
@@ -333,9 +349,7 @@ class PolicyLoop:
         if mode is None:
             return False
         before = len(run.traj.retrieved)
-        step = Step(len(run.traj.steps), "search", query_source="question", by_loop=True)
-        run.pending = (step, Action("search", "", run.traj.question, mode))
-        await self._search(run)
+        await self._search_by_loop(run, run.traj.question, mode, "question")
         return len(run.traj.retrieved) > before and bool(run.traj.retrieved[-1].docs)
 
     async def _search_options(self, run: _Run) -> None:
@@ -352,9 +366,7 @@ class PolicyLoop:
                 return
             if option in searched:  # searched already, in the same mode: the same documents again
                 continue
-            step = Step(len(run.traj.steps), "search", query_source="question_span", by_loop=True)
-            run.pending = (step, Action("search", "", option, used[0]))
-            await self._search(run)
+            await self._search_by_loop(run, option, used[0], "question_span")
 
     # -- one turn of the policy ----------------------------------------------------------------------------------------
 
