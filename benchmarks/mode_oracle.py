@@ -9,7 +9,8 @@ and on the passage and graph searches' documents together. The table then scores
 * ``union``: one read of the passage and graph documents together.
 
 ``refusals`` prints refusal precision, recall and EM against the abstention threshold for one mode: the extractive
-reader abstains below ``policy.abstain_below`` (the shipped card: 0.01), and that one number sets both.
+reader abstains below ``policy.abstain_below`` (the shipped card: 0.01), and below 0.03 on a span whose sentence does
+not say what the question asks (the card's ``abstain_unsupported_below``, fixed here).
 
     python benchmarks/mode_oracle.py run INDEX QUESTIONS --out rows/set.jsonl [--reader FOLDER] [--k 3]
     python benchmarks/mode_oracle.py table rows/*.jsonl [--threshold 0.01]
@@ -42,11 +43,12 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
     from routerag.metrics import exact_match
     from routerag.policy.extractive import load_reader
     from routerag.policy.loop import doc_key
+    from routerag.policy.support import states_asked
     from routerag.retrieval.retriever import Retriever
 
     items = load_questions(questions)
     retriever = Retriever(index, Settings().retrieval)
-    reader = load_reader(reader_folder, 0.0)
+    reader = load_reader(reader_folder, 0.0)  # abstaining off: every span, scored; abstains() applies the rules
     texts = [it.question for it in items]
     found = {m: [r for i in range(0, len(texts), 16) for r in retriever.search(texts[i:i + 16], mode=m, k=k)]
              for m in MODES}
@@ -58,15 +60,24 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
                                "type": item.meta.get("type")}
         for name, shown in {**docs, "union": union}.items():
             read = reader.read_sync(item.question, shown)
-            row[name] = {"answer": read.answer, "score": read.score, "kind": read.kind,
+            supported = read.citation is None or states_asked(
+                item.question, read.citation.sentence, named=f"{read.citation.title} {read.answer}")
+            row[name] = {"answer": read.answer, "score": read.score, "kind": read.kind, "supported": supported,
                          "em": exact_match(read.answer, item.answers) if item.answers and read.answer else 0.0}
         rows.append(row)
     return rows
 
 
+UNSUPPORTED_BELOW = 0.03
+"""The shipped reader card's ``abstain_unsupported_below``."""
+
+
 def abstains(read: dict[str, Any], threshold: float) -> bool:
-    """The reader abstains on a free span read below the threshold; yes/no and choice reads always answer."""
-    return read.get("kind", "span") == "span" and read["score"] < threshold
+    """The reader abstains on a free span read below the threshold, or below :data:`UNSUPPORTED_BELOW` from a
+    sentence that does not say what the question asks; yes/no and choice reads always answer."""
+    if read.get("kind", "span") != "span":
+        return False
+    return read["score"] < threshold or (read["score"] < UNSUPPORTED_BELOW and not read.get("supported", True))
 
 
 def scored(row: dict[str, Any], read: dict[str, Any], threshold: float) -> float:

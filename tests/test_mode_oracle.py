@@ -43,6 +43,10 @@ def test_only_a_free_span_abstains() -> None:
     chosen = {**ROWS[0]["passage"], "kind": "option", "score": 0.001}
     assert mo.scored(ROWS[0], chosen, 0.01) == 1.0 and not mo.abstains(chosen, 0.5)
     assert mo.abstains({**chosen, "kind": "span"}, 0.01)
+    unsure = {**chosen, "kind": "span", "score": 0.02}  # above the threshold, below the card's unsupported band
+    assert not mo.abstains(unsure, 0.01) and not mo.abstains({**unsure, "supported": True}, 0.01)
+    assert mo.abstains({**unsure, "supported": False}, 0.01)
+    assert not mo.abstains({**unsure, "score": 0.5, "supported": False}, 0.01)
 
 
 def test_refusals_trade_precision_for_recall_as_the_threshold_rises() -> None:

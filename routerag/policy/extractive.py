@@ -46,6 +46,7 @@ from ..retrieval.types import RetrievedDoc
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
+from .support import states_asked
 
 ReadKind = Literal["span", "yes_no", "option", "dated_option"]
 READER_WEIGHTS = "reader.safetensors"
@@ -71,6 +72,10 @@ class ReaderCard(BaseModel):
     max_answer_tokens: int = 15
     abstain_below: float = 0.01
     """Abstain when the best span's probability (within its window) is below this."""
+    abstain_unsupported_below: float = 0.0
+    """Abstain, too, when the best span's probability is below this and the sentence it was read from holds none of
+    the question's words for what it asks (:func:`~routerag.policy.support.states_asked`); 0: never. Off, too, when
+    ``abstain_below`` is 0 (abstaining off)."""
     members: int = Field(1, ge=1)
     """Trained weight sets whose logits the reader averages (``routerag merge-readers``): one run's answers move by up
     to 10 EM points on a set with its seed, and the mean of two seeds read better than either (docs/training.md)."""
@@ -383,9 +388,16 @@ class ExtractiveReader:
             return ReaderAnswer(None, 0.0)
         answer, citation = _located(enc, w, s, e, contexts, docs)
         score = math.exp(logp)
-        if score < self.card.abstain_below or not answer:
+        if score < self.card.abstain_below or not answer or self._unsupported(question, answer, score, citation):
             return ReaderAnswer(None, score, None)
         return ReaderAnswer(answer, score, citation)
+
+    def _unsupported(self, question: str, answer: str, score: float, citation: Citation | None) -> bool:
+        """An unsure span (below ``abstain_unsupported_below``) from a sentence that does not say what was asked;
+        never when abstaining is off (``abstain_below`` 0)."""
+        if self.card.abstain_below <= 0 or score >= self.card.abstain_unsupported_below or citation is None:
+            return False
+        return not states_asked(question, citation.sentence, named=f"{citation.title} {answer}")
 
     def _choose(self, question: str, options: list[str], enc: Any, start: Any, end: Any,
                 seq_ids: list[list[int | None]], contexts: list[tuple[str, int]],

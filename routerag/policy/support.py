@@ -1,0 +1,55 @@
+"""Whether the sentence an answer was read from says what the question asks: one of the question's own words for
+the asked relation ("appointed", "designed", "population"), by lemma or shared stem.
+
+Why: the extractive reader, unsure of a span, still picks one of the right type from the subject's page: "When was
+Karin Vollan appointed?" read as the year of "Karin Vollan joined ... in 1853". A question whose relation the
+documents never state is unanswerable there, and a low-scoring span from a sentence that does not state it is no
+answer. Measured on training draws (docs/research/2026-11-28-unsupported-answers.md): below a span score of 0.03
+this check turns wrong answers into refusals without costing right ones; above it, paraphrases ("died" stated by a
+lifespan in brackets) would cost right answers.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+_ASKS_NOTHING = frozenset("""be do have get make know describe call name kind type thing sort one other according
+document documents year time date day place way what which who whom whose when where why how also""".split())
+"""Lemmas a question uses to ask, not to name the relation it asks for."""
+_RELATION_POS = frozenset({"VERB", "NOUN", "ADJ", "ADV"})
+_STEM = 4
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> Any:
+    """``text`` parsed and lemmatized. The pipeline grounding shares keeps its lemmatizer off (it adds 15-30% to
+    every parse, measured on the sample corpus), so it runs here, on the few texts this module reads."""
+    from .short_answer import _nlp
+
+    nlp = _nlp()
+    return nlp.get_pipe("lemmatizer")(nlp(text))
+
+
+def relation_words(question: str, named: str = "") -> set[tuple[str, str]]:
+    """(lemma, word) of the question's words that say what it asks: verbs, nouns, adjectives and adverbs outside
+    its named entities, not asking words, and not in ``named`` (the answer and its page's title). spaCy's stop words
+    are kept: "move", "become" and "give" name relations."""
+    doc = _parsed(question)
+    in_entity = {t.i for e in doc.ents for t in e}
+    skip = {w.lower() for w in named.split()}
+    return {(t.lemma_.lower(), t.text.lower()) for t in doc
+            if t.i not in in_entity and t.pos_ in _RELATION_POS and t.is_alpha
+            and t.lemma_.lower() not in _ASKS_NOTHING and t.text.lower() not in skip}
+
+
+def states_asked(question: str, sentence: str, *, named: str = "") -> bool:
+    """Whether ``sentence`` holds one of the question's relation words (same lemma or word, or the same first four
+    letters: "moved" / "move", "studied" / "student"); True when the question has none to look for."""
+    wanted = relation_words(question, named)
+    if not wanted:
+        return True
+    forms = {f for t in _parsed(sentence) for f in (t.lemma_.lower(), t.text.lower())}
+    stems = {f[:_STEM] for f in forms if len(f) >= _STEM}
+    return any(lemma in forms or word in forms or (len(lemma) >= _STEM and lemma[:_STEM] in stems)
+               for lemma, word in wanted)

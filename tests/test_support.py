@@ -1,0 +1,37 @@
+"""The unsupported-answer rule: a sentence states what a question asks, by lemma or shared stem; the reader abstains
+on an unsure span from a sentence that does not (routerag.policy.support)."""
+
+from __future__ import annotations
+
+from routerag.policy.extractive import ExtractiveReader
+from routerag.policy.support import relation_words, states_asked
+from routerag.retrieval.types import RetrievedDoc
+
+QUESTION = "When was Karin Vollan appointed to the University of Hessel faculty?"
+
+
+def test_relation_words_leave_out_names_asking_words_and_the_answer() -> None:
+    assert {lemma for lemma, _ in relation_words(QUESTION)} == {"appoint", "faculty"}
+    assert relation_words("What is the name of Karin Vollan?") == set()  # nothing asked beyond the name
+    assert {w for _, w in relation_words("Where did Eleanor of Brittany move?", named="Fontevrault")} == {"move"}
+
+
+def test_a_sentence_states_the_asked_relation_by_lemma_or_stem() -> None:
+    assert states_asked(QUESTION, "Karin Vollan was appointed professor in 1853.")
+    assert not states_asked(QUESTION, "Karin Vollan joined the university in 1853.")
+    assert states_asked("When did Eleanor of Brittany move?", "In 1290 she moved to Fontevrault Abbey.")
+    assert states_asked("What did Chardon study?", "He was a student of law.")  # study / student: one stem
+    assert states_asked("Who is Karin Vollan?", "Anything at all.")  # no relation word to look for
+
+
+def test_the_reader_abstains_on_an_unsure_span_its_sentence_does_not_support() -> None:
+    reader = ExtractiveReader()
+    joined = [RetrievedDoc("k", "Karin Vollan", "Karin Vollan joined the University of Hessel in 1853.", 1.0)]
+    appointed = [RetrievedDoc("k", "Karin Vollan", "Karin Vollan was appointed to the faculty in 1853.", 1.0)]
+    reader.card = reader.card.model_copy(update={"abstain_unsupported_below": 1.0})  # every span counts as unsure
+    assert reader.read_sync(QUESTION, joined).abstained
+    assert reader.read_sync(QUESTION, appointed).answer == "1853"
+    reader.card = reader.card.model_copy(update={"abstain_below": 0.0})  # abstaining off: the rule too
+    assert reader.read_sync(QUESTION, joined).answer == "1853"
+    reader.card = reader.card.model_copy(update={"abstain_below": 0.01, "abstain_unsupported_below": 0.0})
+    assert reader.read_sync(QUESTION, joined).answer == "1853"  # 0: the rule off
