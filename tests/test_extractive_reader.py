@@ -516,3 +516,27 @@ def test_merged_readers_average_their_members_logits(tiny_reader: Path, tmp_path
     with pytest.raises(ValueError, match="not a readable safetensors"):
         merge_readers(tmp_path / "y", [tiny_reader, damaged])
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_every_tokenizer_call_of_a_read_holds_the_readers_lock() -> None:
+    """The fast tokenizer keeps its truncation and padding settings between calls: a concurrent call with other
+    settings (an option lookup beside a window batch) broke batches, so a read tokenizes only under the lock."""
+    reader = ExtractiveReader()
+    calls: list[bool] = []
+    tokenizer = reader.tokenizer
+
+    class Watched:
+        def __call__(self, *args: object, **kwargs: object) -> object:
+            calls.append(reader._lock.locked())
+            return tokenizer(*args, **kwargs)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(tokenizer, name)
+
+    reader.tokenizer = Watched()
+    docs = [RetrievedDoc("h", "Halvard Opera House", "The Halvard Opera House opened in 1902.", 1.0),
+            RetrievedDoc("l", "The Glass Lighthouse", "The Glass Lighthouse premiered in 1994.", 1.0)]
+    for question in ("When did the Halvard Opera House open?", "Which is older, the Halvard Opera House or The "
+                     "Glass Lighthouse?", "Did the Halvard Opera House open in 1902?"):
+        reader.read_sync(question, docs)
+    assert len(calls) >= 4 and all(calls)  # windows for each read, and the choice's option lookups

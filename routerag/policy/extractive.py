@@ -342,7 +342,7 @@ def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int |
 
 
 class ExtractiveReader:
-    """Reads answers out of documents with a trained span model; thread-safe (one forward pass at a time)."""
+    """Reads answers out of documents with a trained span model; thread-safe (one read at a time)."""
 
     def __init__(self, folder: str | Path | None = None, *, abstain_below: float | None = None,
                  check_base: bool = True) -> None:
@@ -361,14 +361,21 @@ class ExtractiveReader:
         return await asyncio.to_thread(self.read_sync, question, docs)
 
     def read_sync(self, question: str, docs: Sequence[RetrievedDoc]) -> ReaderAnswer:
+        """One read at a time, tokenizing included: the fast tokenizer keeps its truncation and padding settings
+        between calls, and a thread looking up option mentions (no truncation) broke another's windows ("Unable to
+        create tensor"): a few questions in each concurrent `routerag eval` run before 2026-11-28."""
         docs = [d for d in docs if d.text.strip()]
         if not docs:
             return ReaderAnswer(None, 0.0)
+        with self._lock:
+            return self._read(question, docs)
+
+    def _read(self, question: str, docs: Sequence[RetrievedDoc]) -> ReaderAnswer:
         import torch
 
         contexts = [doc_context(d) for d in docs]
         enc = window_inputs(self.tokenizer, [question] * len(contexts), [c for c, _ in contexts], self.card)
-        with self._lock, torch.inference_mode():
+        with torch.inference_mode():
             start, end, yes = self.model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
         owners = enc["overflow_to_sample_mapping"].tolist()
         if is_yes_no(question):
