@@ -1,9 +1,9 @@
 """Whether the sentence an answer was read from says what the question asks: one of the question's own words for
 the asked relation ("appointed", "designed", "population"), by lemma or shared stem.
 
-Why: the extractive reader, unsure of a span, still picks one of the right type from the subject's page: "When was
-Karin Vollan appointed?" read as the year of "Karin Vollan joined ... in 1853". A question whose relation the
-documents never state is unanswerable there, and a low-scoring span from a sentence that does not state it is no
+Why: the extractive reader, unsure of a span, still picks one of the right type: "In which place did Veljko Bulajić
+bury?" read as "Buenos Aires" off "He died of cancer in his native Buenos Aires in 1978". A question whose relation
+the documents never state is unanswerable there, and a low-scoring span from a sentence that does not state it is no
 answer. Measured on training draws (docs/research/2026-11-28-unsupported-answers.md): below a span score of 0.03
 this check turned 47 wrong answers into right refusals for one right answer lost; above it, paraphrases ("What is
 X's occupation?" answered by "X is an American actor") cost right answers.
