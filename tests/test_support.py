@@ -35,3 +35,10 @@ def test_the_reader_abstains_on_an_unsure_span_its_sentence_does_not_support() -
     assert reader.read_sync(QUESTION, joined).answer == "1853"
     reader.card = reader.card.model_copy(update={"abstain_below": 0.01, "abstain_unsupported_below": 0.0})
     assert reader.read_sync(QUESTION, joined).answer == "1853"  # 0: the rule off
+
+
+def test_the_shared_pipeline_lemmatizes_only_when_asked() -> None:
+    from routerag.policy.short_answer import _nlp, parse
+
+    assert "lemmatizer" not in _nlp().pipe_names  # grounding's and the short answer's parses stay as fast as before
+    assert [t.lemma_ for t in parse("She moved", lemmas=True)] == ["she", "move"]

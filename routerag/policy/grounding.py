@@ -76,9 +76,9 @@ def content_words(text: str) -> set[str]:
 def _labelled_spans(text: str) -> tuple[tuple[str, QuerySource, str], ...]:
     """spaCy's named entities (with their label) and noun chunks (label ``NOUN``, without a leading article) of
     ``text``."""
-    from .short_answer import _nlp
+    from .short_answer import parse
 
-    doc = _nlp()(text)
+    doc = parse(text)
     out: list[tuple[str, QuerySource, str]] = [(e.text, "entity", e.label_) for e in doc.ents]
     for chunk in doc.noun_chunks:
         words = [t for t in chunk if t.pos_ not in ("DET", "PRON")]

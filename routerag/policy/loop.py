@@ -58,6 +58,9 @@ EventSink = Callable[[Event], Awaitable[None] | None]
 ABSTAIN_MODES: dict[Mode | None, tuple[Mode, ...]] = {
     "passage": ("graph",), "graph": ("passage",), "hybrid": ("passage", "graph"), None: ("graph", "passage")}
 """``search_on_abstain``'s mode after a first search in each mode (None: no search yet)."""
+UNSEARCHED_MODE: Mode = "graph"
+"""The mode of the loop's search when the policy answered without any: the best single mode pooled
+(docs/results.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,11 +336,11 @@ class PolicyLoop:
 
     async def _search_unsearched(self, run: _Run) -> None:
         """The extractive reader only reads documents: when the policy answered without any search (a refusal the
-        reader cannot make for want of anything to read), the loop searches the question first, in graph mode (the
-        best single mode pooled, docs/results.md; a forced mode stays forced), if the budget allows."""
+        reader cannot make for want of anything to read), the loop searches the question first, in
+        :data:`UNSEARCHED_MODE` (a forced mode stays forced), if the budget allows."""
         if run.traj.retrieved or run.traj.searches >= run.cfg.budget:
             return
-        await self._search_by_loop(run, run.traj.question, ABSTAIN_MODES[None][0], "question")
+        await self._search_by_loop(run, run.traj.question, UNSEARCHED_MODE, "question")
 
     async def _search_on_abstain(self, run: _Run) -> bool:
         """``search_on_abstain``: search the question in a mode not used yet, if the budget allows; True when the

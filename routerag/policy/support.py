@@ -23,12 +23,10 @@ _STEM = 4
 
 @functools.lru_cache(maxsize=4096)
 def _parsed(text: str) -> Any:
-    """``text`` parsed and lemmatized. The pipeline grounding shares keeps its lemmatizer off (it adds 15-30% to
-    every parse, measured on the sample corpus), so it runs here, on the few texts this module reads."""
-    from .short_answer import _nlp
+    """``text`` parsed and lemmatized (the shared pipeline lemmatizes only when asked)."""
+    from .short_answer import parse
 
-    nlp = _nlp()
-    return nlp.get_pipe("lemmatizer")(nlp(text))
+    return parse(text, lemmas=True)
 
 
 def relation_words(question: str, named: str = "") -> set[tuple[str, str]]:
