@@ -43,7 +43,7 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
     from routerag.metrics import exact_match
     from routerag.policy.extractive import load_reader
     from routerag.policy.loop import doc_key
-    from routerag.policy.support import states_asked
+    from routerag.policy.support import answer_supported
     from routerag.retrieval.retriever import Retriever
 
     items = load_questions(questions)
@@ -60,15 +60,20 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
                                "type": item.meta.get("type")}
         for name, shown in {**docs, "union": union}.items():
             read = reader.read_sync(item.question, shown)
-            supported = read.citation is None or states_asked(
-                item.question, read.citation.sentence, named=f"{read.citation.title} {read.answer}")
-            row[name] = {"answer": read.answer, "score": read.score, "kind": read.kind, "supported": supported,
+            row[name] = {"answer": read.answer, "score": read.score, "kind": read.kind,
+                         "supported": answer_supported(item.question, read.answer or "", read.citation),
                          "em": exact_match(read.answer, item.answers) if item.answers and read.answer else 0.0}
         rows.append(row)
     return rows
 
 
-UNSUPPORTED_BELOW = 0.03
+def _shipped_unsupported_below() -> float:
+    from routerag.policy.extractive import read_reader_card, shipped_reader_path
+
+    return read_reader_card(shipped_reader_path()).abstain_unsupported_below
+
+
+UNSUPPORTED_BELOW = _shipped_unsupported_below()
 """The shipped reader card's ``abstain_unsupported_below``."""
 
 

@@ -46,7 +46,7 @@ from ..retrieval.types import RetrievedDoc
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
-from .support import states_asked
+from .support import answer_supported
 
 ReadKind = Literal["span", "yes_no", "option", "dated_option"]
 READER_WEIGHTS = "reader.safetensors"
@@ -402,9 +402,9 @@ class ExtractiveReader:
     def _unsupported(self, question: str, answer: str, score: float, citation: Citation | None) -> bool:
         """An unsure span (below ``abstain_unsupported_below``) from a sentence that does not say what was asked;
         never when abstaining is off (``abstain_below`` 0)."""
-        if self.card.abstain_below <= 0 or score >= self.card.abstain_unsupported_below or citation is None:
+        if self.card.abstain_below <= 0 or score >= self.card.abstain_unsupported_below:
             return False
-        return not states_asked(question, citation.sentence, named=f"{citation.title} {answer}")
+        return not answer_supported(question, answer, citation)
 
     def _choose(self, question: str, options: list[str], enc: Any, start: Any, end: Any,
                 seq_ids: list[list[int | None]], contexts: list[tuple[str, int]],

@@ -12,7 +12,10 @@ X's occupation?" answered by "X is an American actor") cost right answers.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .citations import Citation
 
 _ASKS_NOTHING = frozenset("""be do have get make know describe call name kind type thing sort one other according
 document documents year time date day place way what which who whom whose when where why how also""".split())
@@ -51,3 +54,11 @@ def states_asked(question: str, sentence: str, *, named: str = "") -> bool:
     stems = {f[:_STEM] for f in forms if len(f) >= _STEM}
     return any(lemma in forms or word in forms or (len(lemma) >= _STEM and lemma[:_STEM] in stems)
                for lemma, word in wanted)
+
+
+def answer_supported(question: str, answer: str, citation: Citation | None) -> bool:
+    """Whether the sentence an answer is cited from states what the question asks (True without a citation: nothing
+    to check); the answer and its page's title are names, not relation words."""
+    if citation is None:
+        return True
+    return states_asked(question, citation.sentence, named=f"{citation.title} {answer}")
