@@ -335,8 +335,8 @@ class LoopSettings(StrictModel):
     search_options: bool | None = None
     """A question that names its options ("Which opened first, A or B?") answered by the extractive reader: before
     it reads, the loop searches each option the documents leave undated or dated alike (for a question of which
-    came first or later) or unmentioned, in the mode of the trajectory's first search, while the budget has searches left; its
-    trace steps say ``by_loop``. Why: the reader decides by the options' years or mentions, and one search often
+    came first or later) or unmentioned, in the mode of the trajectory's first search, while the budget has searches
+    left; its trace steps say ``by_loop``. Why: the reader decides by the options' years or mentions, and one search often
     brings one option's page (docs/research/2026-11-28-choice-questions.md). Off: it reads what the policy found."""
 
     def resolve(self, *fallbacks: LoopSettings | None) -> Loop:
