@@ -171,19 +171,18 @@ def test_corpus_derived_questions_become_spans_negatives_and_yes_no(tmp_path: Pa
 def test_a_span_made_only_of_the_questions_own_tokens_is_never_the_answer() -> None:
     import torch
 
-    from routerag.policy.extractive import best_spans, question_echoes
+    from routerag.policy.extractive import best_spans, new_tokens
 
     seq = [[None, 0, 0, None, 1, 1, 1, None]]  # [CLS] q q [SEP] echo new new [SEP]
     ids = torch.tensor([[101, 7, 8, 102, 7, 9, 10, 102]])
     start = torch.tensor([[0.0, 0, 0, 0, 9, 5, 0, 0]])
     end = torch.tensor([[0.0, 0, 0, 0, 9, 0, 5, 0]])
-    echoes = question_echoes(ids, seq, "where was the composer born?")
-    assert echoes == [[False, False, False, False, True, False, False, False]]
+    fresh = new_tokens(ids, seq, "where was the composer born?")
+    assert fresh == [[False, False, False, False, False, True, True, False]]
     assert best_spans(start, end, seq, 5)[0][1:] == (4, 4)  # the echo alone scores best
-    assert best_spans(start, end, seq, 5, None, echoes)[0][1:] == (4, 6)  # the best span with a new token
-    assert best_spans(start, end, [[None, 0, 0, None, 1, 1, 1, None]], 5, None,
-                      [[False, False, False, False, True, True, True, False]])[0][0] == float("-inf")
-    assert question_echoes(ids, seq, "Who was born first, Ann Ray or Bo Lee?") is None  # a choice names its answer
+    assert best_spans(start, end, seq, 5, None, [fresh])[0][1:] == (4, 6)  # the best span with a new token
+    assert best_spans(start, end, seq, 5, None, [[[False] * 8]])[0][0] == float("-inf")  # nothing new: no span
+    assert new_tokens(ids, seq, "Who was born first, Ann Ray or Bo Lee?") is None  # a choice names its answer
 
 
 def test_the_shipped_reader_does_not_answer_a_two_hop_question_with_a_page_named_like_its_words() -> None:
@@ -552,3 +551,17 @@ def test_every_tokenizer_call_of_a_read_holds_the_readers_lock() -> None:
                      "Glass Lighthouse?", "Did the Halvard Opera House open in 1902?"):
         reader.read_sync(question, docs)
     assert len(calls) >= 4 and all(calls)  # windows for each read, and the choice's option lookups
+
+
+def test_the_shipped_reader_answers_a_quantity_with_a_number_or_not_at_all() -> None:
+    """Before the answer-type rule: "Orelandic National Opera" for the seats, "Violinist" style answers of the wrong
+    type; a quantity question whose documents state no number is not answered (answer_types.py)."""
+    reader = ExtractiveReader(abstain_below=0.0)
+    opera = RetrievedDoc("h", "Halvard Opera House", "The Halvard Opera House is an opera house in Kestrel Harbor, "
+                         "opened in 1902. It seats 1,800 people and is the home stage of the Orelandic National "
+                         "Opera.", 1.0)
+    assert reader.read_sync("How many people does the Halvard Opera House seat?", [opera]).answer == "1,800"
+    assert reader.read_sync("When did the Halvard Opera House open?", [opera]).answer == "1902"
+    brask = RetrievedDoc("b", "Teodor Brask", "Teodor Brask is a violinist. He trained at the Tessaly Conservatory "
+                         "and plays with the Orelandic National Opera.", 1.0)
+    assert reader.read_sync("How many concerts has Teodor Brask played?", [brask]).abstained

@@ -43,6 +43,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..retrieval.types import RetrievedDoc
+from .answer_types import asks_count, asks_measure, asks_quantity, number_phrase, states_number
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
@@ -266,17 +267,23 @@ def window_inputs(tokenizer: Any, questions: Sequence[str], contexts: Sequence[s
 CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
 
 
-def question_echoes(input_ids: Any, sequence_ids: list[list[int | None]], question: str) -> list[list[bool]] | None:
-    """Per window, per token: a context token that also occurs in the question (the question is segment 0 of every
-    window). None for a question offering a choice ("A or B?"), whose answer is one of its own words."""
+def new_tokens(input_ids: Any, sequence_ids: list[list[int | None]], question: str) -> list[list[bool]] | None:
+    """Per window, per token: a context token that does not occur in the question (the question is segment 0 of
+    every window). None for a question offering a choice ("A or B?"), whose answer is one of its own words."""
     if CHOICE.search(question):
         return None
     out = []
     for w, sids in enumerate(sequence_ids):
         ids = input_ids[w].tolist()
         asked = {t for t, sid in zip(ids, sids) if sid == 0}
-        out.append([sid == 1 and t in asked for t, sid in zip(ids, sids)])
+        out.append([sid == 1 and t not in asked for t, sid in zip(ids, sids)])
     return out
+
+
+def number_tokens(tokenizer: Any, input_ids: Any, sequence_ids: list[list[int | None]]) -> list[list[bool]]:
+    """Per window, per token: a context token that states a number (:func:`.answer_types.states_number`)."""
+    return [[sid == 1 and states_number(piece) for piece, sid in zip(tokenizer.convert_ids_to_tokens(ids), sids)]
+            for ids, sids in zip(input_ids.tolist(), sequence_ids)]
 
 
 def doc_context(doc: RetrievedDoc) -> tuple[str, int]:
@@ -314,12 +321,13 @@ def option_mentions(tokenizer: Any, input_ids: Any, sequence_ids: list[list[int 
 
 def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int | None]],
                max_answer_tokens: int, segments: list[list[int]] | None = None,
-               echoes: list[list[bool]] | None = None) -> list[tuple[float, int, int]]:
+               needs: Sequence[list[list[bool]]] = ()) -> list[tuple[float, int, int]]:
     """Per window, the best (log-probability, start token, end token) span of the context (−inf, 0, 0 if none).
     ``segments`` (per window, per token) keeps a span within one segment: a title and its text are two, so an
-    answer never runs from the title into the text ("Kimber Manufacturing Kimber Manufacturing"). ``echoes`` (per
-    window, per token: the token is one of the question's) rules out spans made only of the question's own tokens:
-    the page titled "Composer" does not answer "where was the composer of X born?"."""
+    answer never runs from the title into the text ("Kimber Manufacturing Kimber Manufacturing"). Each mask of
+    ``needs`` (per window, per token) rules out spans holding none of its tokens: a token the question lacks (the
+    page titled "Composer" does not answer "where was the composer of X born?", :func:`new_tokens`), a number for a
+    quantity question (:func:`number_tokens`)."""
     import torch
 
     out = []
@@ -334,10 +342,10 @@ def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int |
         if segments is not None:
             seg = torch.tensor(segments[w])
             valid &= seg[:, None] == seg[None, :]
-        if echoes is not None:  # a span needs a token the question lacks: new tokens up to e minus those before s
-            new_tokens = torch.cumsum(~torch.tensor(echoes[w]), 0)
-            before = torch.cat([new_tokens.new_zeros(1), new_tokens[:-1]])
-            valid &= (new_tokens[None, :] - before[:, None]) > 0
+        for mask in needs:  # the span [s, e] holds a needed token: needed tokens up to e minus those before s
+            upto = torch.cumsum(torch.tensor(mask[w]), 0)
+            before = torch.cat([upto.new_zeros(1), upto[:-1]])
+            valid &= (upto[None, :] - before[:, None]) > 0
         pair = pair.masked_fill(~valid, float("-inf"))
         flat = int(torch.argmax(pair))
         s, e = divmod(flat, n)
@@ -391,13 +399,16 @@ class ExtractiveReader:
             return chosen
         in_body = [[int(a >= contexts[owners[w]][1]) for a, _ in enc["offset_mapping"][w].tolist()]
                    for w in range(len(owners))]
-        spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body,
-                           question_echoes(enc["input_ids"], seq_ids, question))
+        needs = [mask for mask in [new_tokens(enc["input_ids"], seq_ids, question)] if mask is not None]
+        if asks_quantity(question):
+            needs.append(number_tokens(self.tokenizer, enc["input_ids"], seq_ids))
+        spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body, needs)
         w = max(range(len(spans)), key=lambda i: spans[i][0])
         logp, s, e = spans[w]
         if logp == float("-inf"):
             return ReaderAnswer(None, 0.0)
-        answer, citation = _located(enc, w, s, e, contexts, docs)
+        measure = None if not asks_measure(question) else not asks_count(question)
+        answer, citation = _located(enc, w, s, e, contexts, docs, measure=measure)
         score = math.exp(logp)
         if score < self.card.abstain_below or not answer or self._unsupported(question, answer, score, citation):
             return ReaderAnswer(None, score, None)
@@ -452,13 +463,16 @@ class ExtractiveReader:
 
 
 def _located(enc: Any, window: int, start: int, end: int, contexts: list[tuple[str, int]],
-             docs: Sequence[RetrievedDoc]) -> tuple[str, Citation]:
+             docs: Sequence[RetrievedDoc], *, measure: bool | None = None) -> tuple[str, Citation]:
     """The text of tokens ``start``..``end`` of a window (spaces collapsed) and its citation: the document and the
-    sentence that hold it."""
+    sentence that hold it. ``measure`` (not None): cut to the number phrase in the span, with its unit when True
+    (:func:`.answer_types.number_phrase`)."""
     offsets = enc["offset_mapping"][window].tolist()
     doc_i = int(enc["overflow_to_sample_mapping"][window])
     text, body_at = contexts[doc_i]
     a, b = offsets[start][0], offsets[end][1]
+    if measure is not None:
+        a, b = number_phrase(text, a, b, unit=measure) or (a, b)
     doc = docs[doc_i]
     return " ".join(text[a:b].split()), Citation(doc.id, doc.title, sentence_at(doc.text, a - body_at))
 

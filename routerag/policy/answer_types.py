@@ -1,0 +1,90 @@
+"""Questions that ask for a quantity or a date, whose answer must hold a number: the reader's only answer-type rule.
+
+Why: the extractive reader, trained on few quantity questions, picks a span of the wrong type on forms it has not
+seen: "How high is Mount Greywater?" read as "Oreland", "How many volumes does Piet Rademaker's history have?" as
+"Historian" (0.74) though "a six-volume history" was in the same sentence. A span with no digit and no number word
+cannot answer "how many", "how tall", "what year" or "when"; documents with no such span do not answer the
+question, so the reader abstains. A measure is answered with its number as the documents write it, and its unit
+unless it is a count ("2,114 metres", but "1,800" for "how many people"): a reader trained on names cuts numbers
+badly ("800 people", "Oreland at 2,114 metres. Its summit ..."). Measured:
+docs/research/2026-11-28-quantity-questions.md.
+"""
+
+from __future__ import annotations
+
+import re
+
+from spacy.lang.en.stop_words import STOP_WORDS
+
+_WH_WORD = re.compile(r"\b(who|whom|whose|what|which|where|when|why|how)\b", re.IGNORECASE)
+_QUANTITY_AFTER_HOW = frozenset("many much tall long old high big far large wide deep heavy".split())
+_DATE_AFTER_WHAT = frozenset("year years decade century date".split())
+NUMBER_WORDS = frozenset("""zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand
+million billion trillion dozen dozens hundreds thousands millions billions twice third fourth fifth sixth seventh
+eighth ninth tenth eleventh twelfth thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth
+twentieth twenty-first""".split())
+"""Words that state a number without digits ("three decades", "twice", "the early twentieth century"); not "first"
+and "second": they are in too many sentences ("first described in 1834") to mark a span as a number."""
+
+
+_DIGITS = r"\d(?:[\d,.]*\d)?"
+_WORDS = "|".join(sorted(NUMBER_WORDS, key=len, reverse=True))
+_NUMBER_PHRASE = re.compile(rf"(?:{_DIGITS}|\b(?:{_WORDS})\b)(?:[\s-]+(?:{_WORDS})\b)*(?:[\s-](?P<unit>(?-i:[a-z]+)))?",
+                            re.IGNORECASE)
+"""A number in digits or words, and the lowercase word after it: its unit, unless a stop word ("1902 and ...");
+not a name ("2002 NBA")."""
+
+
+def _asking(question: str) -> tuple[str, str] | None:
+    """The question's first asking word and the word after it (lowercased): the first one decides what is asked
+    ("Who was king when the bridge opened?" asks for a person)."""
+    match = _WH_WORD.search(question)
+    if match is None:
+        return None
+    after = question[match.end():].split()
+    return match.group(1).lower(), (after[0].lower().strip("?,.") if after else "")
+
+
+def asks_measure(question: str) -> bool:
+    """Whether the question asks "how many / much / tall / long / old / ...": a number phrase."""
+    asked = _asking(question)
+    return asked is not None and asked[0] == "how" and asked[1] in _QUANTITY_AFTER_HOW
+
+
+def asks_count(question: str) -> bool:
+    """Whether the question asks "how many" or "how much": answered by the number alone ("240", "150 million"), the
+    question already names what is counted; other measures keep their unit ("31 metres")."""
+    asked = _asking(question)
+    return asked is not None and asked[0] == "how" and asked[1] in ("many", "much")
+
+
+def number_phrase(text: str, start: int, end: int, *, unit: bool = True) -> tuple[int, int] | None:
+    """Where, in ``text``, the first number phrase overlapping ``text[start:end]`` lies, with its unit word when
+    ``unit``: a measure's answer cut as the documents write it; None when the span holds no number."""
+    for match in _NUMBER_PHRASE.finditer(text):
+        if match.start() < end and match.end() > start:
+            word = match.group("unit")
+            if word and (not unit or word.lower() in STOP_WORDS):
+                return match.start(), match.start("unit") - 1
+            return match.start(), match.end()
+        if match.start() >= end:
+            return None
+    return None
+
+
+def asks_quantity(question: str) -> bool:
+    """Whether the question asks for a number or a date: a measure (:func:`asks_measure`), "when", "what (or which)
+    year / decade / century / date"."""
+    asked = _asking(question)
+    if asked is None:
+        return False
+    word, following = asked
+    return (word == "when" or asks_measure(question)
+            or (word in ("what", "which") and following in _DATE_AFTER_WHAT))
+
+
+def states_number(token: str) -> bool:
+    """Whether a word piece holds a digit or is a number word (``##`` continuation marks ignored)."""
+    piece = token.removeprefix("##").lower()
+    return any(c.isdigit() for c in piece) or piece in NUMBER_WORDS

@@ -1,0 +1,67 @@
+"""The reader's answer-type rule: which questions ask for a number, and how a measure's answer is cut."""
+
+import pytest
+
+from routerag.policy.answer_types import asks_count, asks_measure, asks_quantity, number_phrase, states_number
+
+
+@pytest.mark.parametrize("question", [
+    "How many people does the Halvard Opera House seat?", "How tall is the Osterby Light?",
+    "When did the Halvard Line get sold?", "In what year was Hyperwerks founded?",
+    "Holm Jølsen established when?", "The breeds were developed during which century?",
+    "Jean Vander Pyl voiced Rosie on the sitcom that premiered on which date?"])
+def test_questions_asking_for_a_number_or_a_date(question: str) -> None:
+    assert asks_quantity(question)
+
+
+@pytest.mark.parametrize("question", [
+    "Who was king when the Halvard Opera House opened?", "Where was Teodor Brask born?",
+    "What is the longest river of Oreland?", "How did the Halvard Line end?", "How often does the ferry sail?",
+    "Which came first, the bridge or the railway?", "Name the composer of The Glass Lighthouse."])
+def test_the_first_asking_word_decides_and_other_questions_are_free(question: str) -> None:
+    assert not asks_quantity(question)
+
+
+def test_only_how_questions_are_measures_and_only_how_many_or_much_counts() -> None:
+    assert asks_measure("How long is the River Venn?") and asks_measure("how many members does it have")
+    assert not asks_measure("When did the Halvard Line get sold?") and not asks_measure("What year was it built?")
+    assert asks_count("How many members does it have?") and asks_count("How much did it cost?")
+    assert not asks_count("How long is the River Venn?")
+
+
+def test_a_count_is_cut_to_its_number_alone() -> None:
+    text = "It seats 1,800 people and sold 150 million records."
+    start = text.index("800")
+    cut = number_phrase(text, start, start + 10, unit=False)
+    assert cut is not None and text[cut[0]:cut[1]] == "1,800"
+    start = text.index("150")
+    cut = number_phrase(text, start, len(text), unit=False)
+    assert cut is not None and text[cut[0]:cut[1]] == "150 million"
+
+
+@pytest.mark.parametrize(("text", "span", "expected"), [
+    ("It seats 1,800 people and is the home stage.", "800 people", "1,800 people"),  # a cut number is made whole
+    ("Mount Greywater is the highest mountain of Oreland at 2,114 metres. Its summit hosts an observatory.",
+     "Oreland at 2,114 metres. Its summit", "2,114 metres"),
+    ("It opened in 1902 and was named after him.", "1902 and", "1902"),  # "and" is no unit
+    ("He won the 2002 NBA title.", "2002 NBA", "2002"),  # a name is no unit
+    ("Rademaker was a historian who wrote a six-volume history.", "historian who wrote a six-volume history",
+     "six-volume"),
+    ("Its main instrument is a 2.4-metre reflecting telescope.", "2.4-metre reflecting", "2.4-metre"),
+    ("Twelve hundred copies were sold.", "Twelve hundred copies", "Twelve hundred copies")])
+def test_a_measure_is_cut_to_its_number_and_unit(text: str, span: str, expected: str) -> None:
+    start = text.index(span)
+    cut = number_phrase(text, start, start + len(span))
+    assert cut is not None and text[cut[0]:cut[1]] == expected
+
+
+def test_a_span_without_a_number_has_no_number_phrase() -> None:
+    text = "The keeper of the lighthouse was born in 1850."
+    assert number_phrase(text, 0, len("The keeper")) is None
+
+
+@pytest.mark.parametrize(("piece", "number"), [("1800", True), ("##00", True), ("2nd", True), ("twelve", True),
+                                               ("twentieth", True), ("first", False), ("second", False),
+                                               ("keeper", False), ("##s", False)])
+def test_word_pieces_that_state_a_number(piece: str, number: bool) -> None:
+    assert states_number(piece) is number
