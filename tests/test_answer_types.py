@@ -2,7 +2,8 @@
 
 import pytest
 
-from routerag.policy.answer_types import asks_count, asks_measure, asks_quantity, number_phrase, states_number
+from routerag.policy.answer_types import (asks_count, asks_measure, asks_name, asks_quantity, names_common_noun,
+                                          number_phrase, states_number)
 
 
 @pytest.mark.parametrize("question", [
@@ -65,3 +66,21 @@ def test_a_span_without_a_number_has_no_number_phrase() -> None:
                                                ("keeper", False), ("##s", False)])
 def test_word_pieces_that_state_a_number(piece: str, number: bool) -> None:
     assert states_number(piece) is number
+
+
+def test_who_and_where_questions_ask_for_a_name() -> None:
+    assert asks_name("Where was Teodor Brask born?") and asks_name("Who founded the Halvard Line?")
+    assert asks_name("Marisol Vantreigh was born where?") and asks_name("To whom was the opera dedicated?")
+    assert not asks_name("What is Teodor Brask's occupation?") and not asks_name("When was the bridge built?")
+
+
+@pytest.mark.parametrize(("title", "text", "common"), [
+    ("Violinist", "A violinist is a musician who plays the violin. Violinists play in orchestras.", True),
+    ("Composer", "A composer is a person who writes music.", True),
+    ("Lindqvist", "Lindqvist is a highland town of Oreland.", False),  # a name, written as one
+    ("Kestrel Harbor", "The city of Kestrel Harbor lies on the coast.", False),
+    ("Astronomer", "An astronomer studies stars. Astronomer Royal is a title.", False),  # written as a name too
+    ("Opera", "Nothing here mentions it.", False),  # no evidence either way
+    ("apple", "An apple is a fruit.", False), ("1994", "The year 1994 ...", False)])
+def test_a_page_about_a_common_noun_writes_its_title_in_lowercase_only(title: str, text: str, common: bool) -> None:
+    assert names_common_noun(title, text) is common

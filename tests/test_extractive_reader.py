@@ -565,3 +565,15 @@ def test_the_shipped_reader_answers_a_quantity_with_a_number_or_not_at_all() -> 
     brask = RetrievedDoc("b", "Teodor Brask", "Teodor Brask is a violinist. He trained at the Tessaly Conservatory "
                          "and plays with the Orelandic National Opera.", 1.0)
     assert reader.read_sync("How many concerts has Teodor Brask played?", [brask]).abstained
+
+
+def test_the_shipped_reader_does_not_name_a_place_or_person_with_a_page_about_a_common_noun() -> None:
+    """Graph search brings the occupation's page along ("Violinist"); before the rule the reader answered "Where was
+    Teodor Brask born?" with its title (0.84), though the person's page says where."""
+    reader = ExtractiveReader(abstain_below=0.0)
+    docs = [RetrievedDoc("b", "Teodor Brask", "Teodor Brask (born 1972) is a violinist. He was born in Lindqvist, "
+                                              "trained at the Tessaly Conservatory.", 1.0),
+            RetrievedDoc("v", "Violinist", "A violinist is a musician who plays the violin, whether as a soloist or "
+                                           "in an orchestra.", 0.9)]
+    assert reader.read_sync("Where was Teodor Brask born?", docs).answer == "Lindqvist"
+    assert reader.read_sync("What is Teodor Brask's occupation?", docs).answer.lower() == "violinist"

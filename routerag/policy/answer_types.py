@@ -1,4 +1,5 @@
-"""Questions that ask for a quantity or a date, whose answer must hold a number: the reader's only answer-type rule.
+"""What kind of answer a question asks for, as the extractive reader checks it: a number (a quantity or a date) or
+a name (who, where).
 
 Why: the extractive reader, trained on few quantity questions, picks a span of the wrong type on forms it has not
 seen: "How high is Mount Greywater?" read as "Oreland", "How many volumes does Piet Rademaker's history have?" as
@@ -6,8 +7,9 @@ seen: "How high is Mount Greywater?" read as "Oreland", "How many volumes does P
 cannot answer "how many", "how tall", "what year" or "when"; documents with no such span do not answer the
 question, so the reader abstains. A measure is answered with its number as the documents write it, and its unit
 unless it is a count ("2,114 metres", but "1,800" for "how many people"): a reader trained on names cuts numbers
-badly ("800 people", "Oreland at 2,114 metres. Its summit ..."). Measured:
-docs/research/2026-11-28-quantity-questions.md.
+badly ("800 people", "Oreland at 2,114 metres. Its summit ..."). And graph search brings an occupation's page
+along with a person's ("Violinist"): its title is no answer to "Where was Teodor Brask born?", though the reader
+gave it (0.84). Measured: docs/research/2026-11-28-quantity-questions.md.
 """
 
 from __future__ import annotations
@@ -57,6 +59,23 @@ def asks_count(question: str) -> bool:
     question already names what is counted; other measures keep their unit ("31 metres")."""
     asked = _asking(question)
     return asked is not None and asked[0] == "how" and asked[1] in ("many", "much")
+
+
+def asks_name(question: str) -> bool:
+    """Whether the question's first asking word is "who", "whom" or "where": a person, a group or a place, named."""
+    asked = _asking(question)
+    return asked is not None and asked[0] in ("who", "whom", "where")
+
+
+def names_common_noun(title: str, text: str) -> bool:
+    """Whether a page is about a common noun: its own text writes its title in lowercase only ("Violinist": "A
+    violinist is a musician who ..."), never as a name."""
+    title = " ".join(title.split())
+    if not title or title.lower() == title or any(c.isdigit() for c in title):
+        return False
+    word = re.compile(rf"(?<!\w){re.escape(title)}(?!\w)", re.IGNORECASE)
+    found = [m.group(0) for m in word.finditer(text)]
+    return bool(found) and all(f == f.lower() for f in found)
 
 
 def number_phrase(text: str, start: int, end: int, *, unit: bool = True) -> tuple[int, int] | None:

@@ -43,7 +43,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..retrieval.types import RetrievedDoc
-from .answer_types import asks_count, asks_measure, asks_quantity, number_phrase, states_number
+from .answer_types import (asks_count, asks_measure, asks_name, asks_quantity, names_common_noun, number_phrase,
+                           states_number)
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
@@ -399,10 +400,8 @@ class ExtractiveReader:
             return chosen
         in_body = [[int(a >= contexts[owners[w]][1]) for a, _ in enc["offset_mapping"][w].tolist()]
                    for w in range(len(owners))]
-        needs = [mask for mask in [new_tokens(enc["input_ids"], seq_ids, question)] if mask is not None]
-        if asks_quantity(question):
-            needs.append(number_tokens(self.tokenizer, enc["input_ids"], seq_ids))
-        spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body, needs)
+        spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body,
+                           self._span_needs(question, enc, seq_ids, in_body, docs))
         w = max(range(len(spans)), key=lambda i: spans[i][0])
         logp, s, e = spans[w]
         if logp == float("-inf"):
@@ -413,6 +412,22 @@ class ExtractiveReader:
         if score < self.card.abstain_below or not answer or self._unsupported(question, answer, score, citation):
             return ReaderAnswer(None, score, None)
         return ReaderAnswer(answer, score, citation)
+
+    def _span_needs(self, question: str, enc: Any, seq_ids: list[list[int | None]], in_body: list[list[int]],
+                    docs: Sequence[RetrievedDoc]) -> list[list[list[bool]]]:
+        """What a free span must hold (:func:`best_spans`' ``needs``): a token the question lacks (not for a
+        choice); a number when the question asks for one; for "who" and "where", a token that is not the title of a
+        page about a common noun (the page *Violinist* does not answer "Where was Teodor Brask born?")."""
+        ids = enc["input_ids"]
+        needs = [mask for mask in [new_tokens(ids, seq_ids, question)] if mask is not None]
+        if asks_quantity(question):
+            needs.append(number_tokens(self.tokenizer, ids, seq_ids))
+        if asks_name(question):
+            owners = enc["overflow_to_sample_mapping"].tolist()
+            common = [names_common_noun(d.title or "", d.text) for d in docs]
+            needs.append([[sid == 1 and bool(body or not common[owners[w]])
+                           for sid, body in zip(seq_ids[w], in_body[w])] for w in range(len(owners))])
+        return needs
 
     def _unsupported(self, question: str, answer: str, score: float, citation: Citation | None) -> bool:
         """An unsure span (below ``abstain_unsupported_below``) from a sentence that does not say what was asked;
