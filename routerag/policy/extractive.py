@@ -328,7 +328,8 @@ def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int |
     answer never runs from the title into the text ("Kimber Manufacturing Kimber Manufacturing"). Each mask of
     ``needs`` (per window, per token) rules out spans holding none of its tokens: a token the question lacks (the
     page titled "Composer" does not answer "where was the composer of X born?", :func:`new_tokens`), a number for a
-    quantity question (:func:`number_tokens`)."""
+    quantity question (:func:`number_tokens`), a token outside a common noun's title for "who" and "where"
+    (``ExtractiveReader._span_needs``)."""
     import torch
 
     out = []
