@@ -9,8 +9,8 @@ and on the passage and graph searches' documents together. The table then scores
 * ``union``: one read of the passage and graph documents together.
 
 ``refusals`` prints refusal precision, recall and EM against the abstention threshold for one mode: the extractive
-reader abstains below ``policy.abstain_below`` (the shipped card: 0.01), and below 0.03 on a span whose sentence does
-not say what the question asks (the card's ``abstain_unsupported_below``, fixed here).
+reader abstains below ``policy.abstain_below`` (the shipped card: 0.01), and below the shipped card's
+``abstain_unsupported_below`` (0.03) on a span whose sentence does not say what the question asks.
 
     python benchmarks/mode_oracle.py run INDEX QUESTIONS --out rows/set.jsonl [--reader FOLDER] [--k 3]
     python benchmarks/mode_oracle.py table rows/*.jsonl [--threshold 0.01]
@@ -24,6 +24,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from routerag.policy.extractive import read_reader_card, shipped_reader_path, span_refused
 
 MODES = ("passage", "graph", "hybrid")
 READS = MODES + ("union",)
@@ -67,13 +69,7 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
     return rows
 
 
-def _shipped_unsupported_below() -> float:
-    from routerag.policy.extractive import read_reader_card, shipped_reader_path
-
-    return read_reader_card(shipped_reader_path()).abstain_unsupported_below
-
-
-UNSUPPORTED_BELOW = _shipped_unsupported_below()
+UNSUPPORTED_BELOW = read_reader_card(shipped_reader_path()).abstain_unsupported_below
 """The shipped reader card's ``abstain_unsupported_below``."""
 
 
@@ -82,7 +78,7 @@ def abstains(read: dict[str, Any], threshold: float) -> bool:
     sentence that does not say what the question asks; yes/no and choice reads always answer."""
     if read.get("kind", "span") != "span":
         return False
-    return read["score"] < threshold or (read["score"] < UNSUPPORTED_BELOW and not read.get("supported", True))
+    return span_refused(read["score"], threshold, UNSUPPORTED_BELOW, lambda: read.get("supported", True))
 
 
 def scored(row: dict[str, Any], read: dict[str, Any], threshold: float) -> float:

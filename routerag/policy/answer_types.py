@@ -15,6 +15,7 @@ gave it (0.84). Measured: docs/research/2026-11-28-quantity-questions.md.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from spacy.lang.en.stop_words import STOP_WORDS
 
@@ -38,33 +39,32 @@ _NUMBER_PHRASE = re.compile(rf"(?:{_DIGITS}|\b(?:{_WORDS})\b)(?:[\s-]+(?:{_WORDS
 not a name ("2002 NBA")."""
 
 
-def _asking(question: str) -> tuple[str, str] | None:
-    """The question's first asking word and the word after it (lowercased): the first one decides what is asked
-    ("Who was king when the bridge opened?" asks for a person)."""
+AnswerType = Literal["count", "measure", "date", "name"]
+"""What a question asks for: a count ("how many / much": the number alone, "1,800"), a measure ("how tall / long /
+old / ...": the number and its unit, "2,114 metres"), a date ("when", "what year / decade / century / date": a span
+holding a number, not cut) or a name ("who", "whom", "where")."""
+
+
+def answer_type(question: str) -> AnswerType | None:
+    """What the question's first asking word asks for (None: any span): the first one decides, so "Who was king when
+    the bridge opened?" asks for a name."""
     match = _WH_WORD.search(question)
     if match is None:
         return None
+    word = match.group(1).lower()
     after = question[match.end():].split()
-    return match.group(1).lower(), (after[0].lower().strip("?,.") if after else "")
+    following = after[0].lower().strip("?,.") if after else ""
+    if word == "how" and following in ("many", "much"):
+        return "count"
+    if word == "how" and following in _QUANTITY_AFTER_HOW:
+        return "measure"
+    if word == "when" or (word in ("what", "which") and following in _DATE_AFTER_WHAT):
+        return "date"
+    return "name" if word in ("who", "whom", "where") else None
 
 
-def asks_measure(question: str) -> bool:
-    """Whether the question asks "how many / much / tall / long / old / ...": a number phrase."""
-    asked = _asking(question)
-    return asked is not None and asked[0] == "how" and asked[1] in _QUANTITY_AFTER_HOW
-
-
-def asks_count(question: str) -> bool:
-    """Whether the question asks "how many" or "how much": answered by the number alone ("240", "150 million"), the
-    question already names what is counted; other measures keep their unit ("31 metres")."""
-    asked = _asking(question)
-    return asked is not None and asked[0] == "how" and asked[1] in ("many", "much")
-
-
-def asks_name(question: str) -> bool:
-    """Whether the question's first asking word is "who", "whom" or "where": a person, a group or a place, named."""
-    asked = _asking(question)
-    return asked is not None and asked[0] in ("who", "whom", "where")
+NUMBER_TYPES: frozenset[AnswerType] = frozenset({"count", "measure", "date"})
+"""The answer types whose span must hold a number."""
 
 
 def names_common_noun(title: str, text: str) -> bool:
@@ -90,17 +90,6 @@ def number_phrase(text: str, start: int, end: int, *, unit: bool = True) -> tupl
         if match.start() >= end:
             return None
     return None
-
-
-def asks_quantity(question: str) -> bool:
-    """Whether the question asks for a number or a date: a measure (:func:`asks_measure`), "when", "what (or which)
-    year / decade / century / date"."""
-    asked = _asking(question)
-    if asked is None:
-        return False
-    word, following = asked
-    return (word == "when" or asks_measure(question)
-            or (word in ("what", "which") and following in _DATE_AFTER_WHAT))
 
 
 def states_number(token: str) -> bool:

@@ -35,7 +35,7 @@ import json
 import math
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -43,8 +43,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..retrieval.types import RetrievedDoc
-from .answer_types import (asks_count, asks_measure, asks_name, asks_quantity, names_common_noun, number_phrase,
-                           states_number)
+from .answer_types import NUMBER_TYPES, AnswerType, answer_type, names_common_noun, number_phrase, states_number
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
@@ -355,6 +354,15 @@ def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int |
     return out
 
 
+def span_refused(score: float, abstain_below: float, unsupported_below: float, supported: Callable[[], bool]) -> bool:
+    """The reader's abstention on a free span (the reader's and ``benchmarks/mode_oracle.py``'s one rule): below
+    ``abstain_below``, or below ``unsupported_below`` when its sentence does not say what was asked (``supported``,
+    called only then: it parses); never for an unsupported span when abstaining is off (``abstain_below`` 0)."""
+    if score < abstain_below:
+        return True
+    return abstain_below > 0 and score < unsupported_below and not supported()
+
+
 class ExtractiveReader:
     """Reads answers out of documents with a trained span model; thread-safe (one read at a time)."""
 
@@ -401,41 +409,35 @@ class ExtractiveReader:
             return chosen
         in_body = [[int(a >= contexts[owners[w]][1]) for a, _ in enc["offset_mapping"][w].tolist()]
                    for w in range(len(owners))]
+        asked = answer_type(question)
         spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body,
-                           self._span_needs(question, enc, seq_ids, in_body, docs))
+                           self._span_needs(question, asked, enc, seq_ids, in_body, docs))
         w = max(range(len(spans)), key=lambda i: spans[i][0])
         logp, s, e = spans[w]
         if logp == float("-inf"):
             return ReaderAnswer(None, 0.0)
-        measure = None if not asks_measure(question) else not asks_count(question)
-        answer, citation = _located(enc, w, s, e, contexts, docs, measure=measure)
+        answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked)
         score = math.exp(logp)
-        if score < self.card.abstain_below or not answer or self._unsupported(question, answer, score, citation):
+        if not answer or span_refused(score, self.card.abstain_below, self.card.abstain_unsupported_below,
+                                      lambda: answer_supported(question, answer, citation)):
             return ReaderAnswer(None, score, None)
         return ReaderAnswer(answer, score, citation)
 
-    def _span_needs(self, question: str, enc: Any, seq_ids: list[list[int | None]], in_body: list[list[int]],
-                    docs: Sequence[RetrievedDoc]) -> list[list[list[bool]]]:
+    def _span_needs(self, question: str, asked: AnswerType | None, enc: Any, seq_ids: list[list[int | None]],
+                    in_body: list[list[int]], docs: Sequence[RetrievedDoc]) -> list[list[list[bool]]]:
         """What a free span must hold (:func:`best_spans`' ``needs``): a token the question lacks (not for a
-        choice); a number when the question asks for one; for "who" and "where", a token that is not the title of a
-        page about a common noun (the page *Violinist* does not answer "Where was Teodor Brask born?")."""
+        choice); a number when the question asks for one; for a name, a token that is not the title of a page about
+        a common noun (the page *Violinist* does not answer "Where was Teodor Brask born?")."""
         ids = enc["input_ids"]
         needs = [mask for mask in [new_tokens(ids, seq_ids, question)] if mask is not None]
-        if asks_quantity(question):
+        if asked in NUMBER_TYPES:
             needs.append(number_tokens(self.tokenizer, ids, seq_ids))
-        if asks_name(question):
+        if asked == "name":
             owners = enc["overflow_to_sample_mapping"].tolist()
             common = [names_common_noun(d.title or "", d.text) for d in docs]
             needs.append([[sid == 1 and bool(body or not common[owners[w]])
                            for sid, body in zip(seq_ids[w], in_body[w])] for w in range(len(owners))])
         return needs
-
-    def _unsupported(self, question: str, answer: str, score: float, citation: Citation | None) -> bool:
-        """An unsure span (below ``abstain_unsupported_below``) from a sentence that does not say what was asked;
-        never when abstaining is off (``abstain_below`` 0)."""
-        if self.card.abstain_below <= 0 or score >= self.card.abstain_unsupported_below:
-            return False
-        return not answer_supported(question, answer, citation)
 
     def _choose(self, question: str, options: list[str], enc: Any, start: Any, end: Any,
                 seq_ids: list[list[int | None]], contexts: list[tuple[str, int]],
@@ -479,16 +481,16 @@ class ExtractiveReader:
 
 
 def _located(enc: Any, window: int, start: int, end: int, contexts: list[tuple[str, int]],
-             docs: Sequence[RetrievedDoc], *, measure: bool | None = None) -> tuple[str, Citation]:
+             docs: Sequence[RetrievedDoc], *, asked: AnswerType | None = None) -> tuple[str, Citation]:
     """The text of tokens ``start``..``end`` of a window (spaces collapsed) and its citation: the document and the
-    sentence that hold it. ``measure`` (not None): cut to the number phrase in the span, with its unit when True
-    (:func:`.answer_types.number_phrase`)."""
+    sentence that hold it. A count or a measure (``asked``) is cut to the number phrase in the span, a measure's
+    with its unit (:func:`.answer_types.number_phrase`)."""
     offsets = enc["offset_mapping"][window].tolist()
     doc_i = int(enc["overflow_to_sample_mapping"][window])
     text, body_at = contexts[doc_i]
     a, b = offsets[start][0], offsets[end][1]
-    if measure is not None:
-        a, b = number_phrase(text, a, b, unit=measure) or (a, b)
+    if asked in ("count", "measure"):
+        a, b = number_phrase(text, a, b, unit=asked == "measure") or (a, b)
     doc = docs[doc_i]
     return " ".join(text[a:b].split()), Citation(doc.id, doc.title, sentence_at(doc.text, a - body_at))
 
@@ -510,4 +512,5 @@ def load_reader(folder: str | None = None, abstain_below: float | None = None) -
     return ExtractiveReader(folder, abstain_below=abstain_below)
 
 __all__ = ["ExtractiveReader", "ReaderAnswer", "ReaderCard", "best_spans", "build_span_model", "doc_context",
-           "is_yes_no", "load_reader", "save_reader", "shipped_reader_path", "trainable_state", "window_inputs"]
+           "is_yes_no", "load_reader", "save_reader", "shipped_reader_path", "span_refused", "trainable_state",
+           "window_inputs"]
