@@ -39,10 +39,11 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) -> list[dict[str, Any]]:
-    """One row per question: each read's answer (abstention off, so every span keeps its score) and EM."""
+    """One row per question: each read's answer (abstention off, so every span keeps its score), its EM, and
+    whether its documents held a gold answer (the harness's answer recall)."""
     from routerag.config import Settings
     from routerag.datasets import load_questions
-    from routerag.metrics import exact_match
+    from routerag.metrics import answer_in_documents, exact_match
     from routerag.policy.extractive import load_reader
     from routerag.policy.loop import doc_key
     from routerag.policy.support import answer_supported
@@ -64,7 +65,8 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
             read = reader.read_sync(item.question, shown)
             row[name] = {"answer": read.answer, "score": read.score, "kind": read.kind,
                          "supported": answer_supported(item.question, read.answer or "", read.citation),
-                         "em": exact_match(read.answer, item.answers) if item.answers and read.answer else 0.0}
+                         "em": exact_match(read.answer, item.answers) if item.answers and read.answer else 0.0,
+                         "in_docs": answer_in_documents([f"{d.title} {d.text}" for d in shown], item.answers)}
         rows.append(row)
     return rows
 

@@ -14,7 +14,7 @@ from routerag.cli import app
 from routerag.config import Settings
 from routerag.datasets import load_questions
 from routerag.metrics import normalize_answer
-from training.questions import past, phrasings
+from training.questions import Descriptions, Fact, key, named_alone, past, phrasings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,6 +51,7 @@ def test_questions_from_the_sample_index(sample_index: Path, tmp_path: Path) -> 
     bridges = [r for r in rows if r["type"] == "bridge"]
     assert all(normalize_answer(r["bridge"]) not in normalize_answer(r["question"]) for r in bridges)
     assert len(bridges[0]["supporting"]) == 2
+    assert all(normalize_answer(r["supporting"][-1]["title"]) == normalize_answer(r["bridge"]) for r in bridges)
     items = load_questions(out)  # the harness reads them, unanswerable ones included
     assert sum(not it.answerable for it in items) == counts["unanswerable"]
     assert {it.meta["type"] for it in items} >= {"single-hop", "bridge", "unanswerable"}
@@ -64,3 +65,21 @@ def test_phrasings_vary_per_relation() -> None:
     assert [past(v) for v in ("write", "premiere", "study", "direct", "found")] == \
         ["wrote", "premiered", "studied", "directed", "founded"]  # to found: founded
     assert [past(v) for v in ("runs", "includes", "hosted", "was born")] == ["ran", "included", "hosted", "was born"]
+
+
+def test_a_bridge_is_described_by_a_fact_that_picks_it_out_alone() -> None:
+    titles = frozenset(key(t) for t in ("Tessaly Conservatory", "Marisol Vantreigh", "Teodor Brask", "William"))
+    assert named_alone("Tessaly Conservatory", titles) and named_alone("Kestrel Harbor", titles)
+    assert not named_alone("Henry", titles) and not named_alone("John I", titles)  # a lone first name, a regnal one
+    facts = [Fact("Marisol Vantreigh", "study at", "Tessaly Conservatory", 0),
+             Fact("Teodor Brask", "study at", "Tessaly Conservatory", 1),
+             Fact("Teodor Brask", "study at", "Lindqvist Academy", 1),
+             Fact("Anselm Halvard", "die in", "1681", 2), Fact("Ilse Marrow", "die in", "1681", 3),
+             Fact("Ada Fennimore", "found", "Venn Bridge Society", 4)]
+    d = Descriptions.of(facts, titles)
+    assert d.picks_out_one(facts[0], "Tessaly Conservatory")  # Marisol studied at one place
+    assert not d.picks_out_one(facts[1], "Tessaly Conservatory")  # Teodor studied at two
+    assert not d.picks_out_one(facts[0], "Marisol Vantreigh")  # two people studied at the conservatory
+    assert not d.picks_out_one(facts[3], "Anselm Halvard")  # a year picks out nobody
+    assert d.picks_out_one(facts[5], "Ada Fennimore")  # the society's only founder
+    assert not d.picks_out_one(Fact("Ada Fennimore", "marry", "Henry", 5), "Henry")  # which Henry?

@@ -11,7 +11,9 @@ from), so its answer is in a gold passage by construction (checked again, with t
 * ``unanswerable``: a subject asked for a relation its passage does not state (``"answers": []``).
 
 Each relation has several phrasings (a seeded choice per question); questions whose content words match one already
-kept are dropped as near-duplicates.
+kept are dropped as near-duplicates. A question names only what a reader can look up: an entity with its own
+passage (its title) or a name of two words or more, never a lone first name ("William" joins the facts of every
+William in the corpus), and a bridge is described by a fact that picks it out alone.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import functools
 import json
 import random
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +41,15 @@ _IRREGULAR = {"write": "wrote", "teach": "taught", "spend": "spent", "meet": "me
               "become": "became", "begin": "began", "leave": "left", "hold": "held", "take": "took", "run": "ran",
               "know": "knew", "see": "saw", "go": "went", "come": "came", "tell": "told", "find": "found",
               "buy": "bought", "pay": "paid", "bring": "brought", "think": "thought", "fly": "flew",
-              "sing": "sang", "draw": "drew", "grow": "grew", "fall": "fell", "have": "had", "has": "had", "do": "did", "does": "did"}
+              "sing": "sang", "draw": "drew", "grow": "grew", "fall": "fell", "have": "had", "has": "had", "do": "did",
+              "does": "did", "withdraw": "withdrew", "send": "sent", "flee": "fled", "get": "got", "stand": "stood",
+              "fight": "fought", "speak": "spoke", "choose": "chose", "drive": "drove", "throw": "threw",
+              "break": "broke", "lose": "lost", "keep": "kept", "say": "said", "seek": "sought", "feel": "felt",
+              "hear": "heard", "sit": "sat", "put": "put", "set": "set", "shoot": "shot", "swim": "swam",
+              "strike": "struck", "bear": "bore", "forget": "forgot", "wear": "wore", "catch": "caught"}
+_ALREADY_PAST = frozenset(_IRREGULAR.values()) - {"found"} | frozenset(  # to found: founded
+    "sung known shown grown drawn flown thrown begun swum hung spun struck".split())  # "sunged", "knowned"
+_NUMBERED = re.compile(r"^\w+ [ivx]+$")  # "john i", "henry iv": a regnal name is shared by many rulers
 _STOP = frozenset("a an the of in on at to for from by with and or is are was were what which who whom when where "
                   "how did does do".split())
 
@@ -58,6 +68,7 @@ class Fact:
     relation: str
     object: str
     passage: int
+    own_page: bool = False  # the subject is its passage's title: the page about it states the fact
 
 
 @dataclass(slots=True)
@@ -77,7 +88,7 @@ def past(verb: str) -> str:
     if " " in verb:  # an LLM extractor's "was born in", "hosted the": inflect the first word only
         first, rest = verb.split(" ", 1)
         return f"{past(first)} {rest}"
-    if verb.endswith(("ed", "en")) or verb in ("born", "sold", "is", "was", "were", "had"):
+    if verb.endswith(("ed", "en")) or verb in _ALREADY_PAST or verb in ("born", "is", "was", "were"):
         return {"is": "was"}.get(verb, verb)
     if verb.endswith("s") and not verb.endswith("ss") and len(verb) > 3:  # "runs", "includes": already inflected
         verb = verb[:-1]
@@ -167,11 +178,24 @@ def key(text: str) -> str:
     return normalize_answer(text)
 
 
-def load_facts(data: Corpus) -> tuple[list[Fact], dict[str, str]]:
-    """The index's triples whose subject is a named entity of its passage (or the passage's title) and whose object
-    is written in the passage, and each named entity's role (its first "is" object: "composer")."""
+def named_alone(name: str, titles: frozenset[str]) -> bool:
+    """Whether ``name`` picks out one thing a reader can look up: a passage's title, or a name of two words or more
+    that is not a ruler's number ("John I"). A lone "William" or "Duke" does not."""
+    k = key(name)
+    return k in titles or (len(k.split()) >= 2 and not _NUMBERED.match(k))
+
+
+def title_keys(data: Corpus) -> frozenset[str]:
+    return frozenset(key(p.title) for p in data.passages)
+
+
+def load_facts(data: Corpus, titles: frozenset[str]) -> tuple[list[Fact], dict[str, str]]:
+    """The index's triples whose subject is a named entity of its passage (or the passage's title) that names one
+    thing alone (:func:`named_alone`) and whose object is written in the passage, and each named entity's role (its
+    "is" object: "composer"; its own passage's first one wins)."""
     facts: list[Fact] = []
     roles: dict[str, str] = {}
+    own_role: set[str] = set()  # entities whose role their own passage gave
     for i, (passage, ie) in enumerate(zip(data.passages, data.openie)):
         named = {key(e) for e in ie.entities} | {key(passage.title)}
         text = key(f"{passage.title} {passage.text}")
@@ -180,11 +204,16 @@ def load_facts(data: Corpus) -> tuple[list[Fact], dict[str, str]]:
                 continue
             if r.startswith("is ") or len(r.split()) > 3 or (r != "is" and not (o[:1].isupper() or _YEAR.match(o))):
                 continue  # "is with", and common-noun objects ("tell story"), are no questions
-            if f" {key(o)} " not in f" {text} ":
+            if f" {key(o)} " not in f" {text} " or not named_alone(s, titles):
                 continue
+            own_page = key(s) == key(passage.title)
             if r == "is" and not o[:1].isupper():
-                roles.setdefault(key(s), o.lower())
-            facts.append(Fact(s, r, o, i))
+                if own_page and key(s) not in own_role:
+                    roles[key(s)] = o.lower()
+                    own_role.add(key(s))
+                elif not own_page:
+                    roles.setdefault(key(s), o.lower())
+            facts.append(Fact(s, r, o, i, own_page))
     return facts, roles
 
 
@@ -203,24 +232,58 @@ def single_hop(facts: Sequence[Fact], rng: random.Random) -> Iterable[Question]:
         yield Question(text, answers, sorted({f.passage for f in group}), "single-hop", relation)
 
 
-def bridges(facts: Sequence[Fact], roles: dict[str, str], rng: random.Random) -> Iterable[Question]:
+@dataclass(frozen=True, slots=True)
+class Descriptions:
+    """What each (subject, relation) leads to and what each (relation, object) comes from, to tell whether a
+    description of a bridge leaves one candidate."""
+    objects: dict[tuple[str, str], set[str]]
+    subjects: dict[tuple[str, str], set[str]]
+    titles: frozenset[str]
+
+    @classmethod
+    def of(cls, facts: Sequence[Fact], titles: frozenset[str]) -> Descriptions:
+        objects: dict[tuple[str, str], set[str]] = defaultdict(set)
+        subjects: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for f in facts:
+            objects[(key(f.subject), f.relation)].add(key(f.object))
+            subjects[(f.relation, key(f.object))].add(key(f.subject))
+        return cls(objects, subjects, titles)
+
+    def picks_out_one(self, via: Fact, bridge: str) -> bool:
+        """"The conservatory that X studied at" when X studied at one place only; "the composer who studied at the
+        Tessaly Conservatory" when nobody else did (a year, "the nobleman who died in 1681", is never enough)."""
+        if not named_alone(bridge, self.titles):
+            return False
+        if key(via.object) == key(bridge):
+            return len(self.objects[(key(via.subject), via.relation)]) == 1
+        return named_alone(via.object, self.titles) and len(self.subjects[(via.relation, key(via.object))]) == 1
+
+
+def bridges(facts: Sequence[Fact], roles: dict[str, str], titles: frozenset[str],
+            rng: random.Random) -> Iterable[Question]:
     by_subject = _answers_by_subject(facts)
+    descriptions = Descriptions.of(facts, titles)
     subjects: dict[str, list[tuple[str, list[Fact]]]] = defaultdict(list)
     for (s, rel), group in by_subject.items():
         subjects[s].append((rel, group))
     for via in facts:
         for bridge in (via.object, via.subject):
-            if not bridge[:1].isupper():
+            if not bridge[:1].isupper() or key(bridge) not in subjects:
                 continue
-            for rel, group in subjects.get(key(bridge), []):
-                second = group[0]
-                if second.passage == via.passage or rel == "is" or key(second.object) == key(via.subject):
+            if not descriptions.picks_out_one(via, bridge):
+                continue
+            for rel, group in subjects[key(bridge)]:
+                own = [f for f in group if f.own_page]  # not a passing mention of a hub ("New York published ...")
+                if not own or rel == "is":
+                    continue
+                second = own[0]
+                if second.passage == via.passage or key(second.object) == key(via.subject):
                     continue
                 desc = describe(bridge, via, roles)
                 if desc is None:
                     continue
                 text = rng.choice(phrasings(desc, rel, second.object))
-                yield Question(text, list(dict.fromkeys(f.object for f in group)), [via.passage, second.passage],
+                yield Question(text, list(dict.fromkeys(f.object for f in own)), [via.passage, second.passage],
                                "bridge", rel, {"bridge": bridge})
 
 
@@ -306,19 +369,37 @@ def keep(q: Question, data: Corpus, seen: set[frozenset[str]]) -> bool:
     return True
 
 
+def _select(pool: Sequence[Question], data: Corpus, seen: set[frozenset[str]], n: int) -> list[Question]:
+    """The first ``n`` questions that pass :func:`keep`, at most two through one bridge entity: a draw of many
+    chains, not ten questions about one page's facts."""
+    kept: list[Question] = []
+    through: Counter[str] = Counter()
+    for q in pool:
+        if len(kept) == n:
+            break
+        bridge = key(q.meta["bridge"]) if "bridge" in q.meta else None
+        if (bridge is not None and through[bridge] >= 2) or not keep(q, data, seen):
+            continue
+        kept.append(q)
+        if bridge is not None:
+            through[bridge] += 1
+    return kept
+
+
 def make_questions(data: Corpus, *, per_type: int = 200, seed: int = 0) -> list[dict[str, Any]]:
     """Up to ``per_type`` questions of each type (a seeded shuffle), as question-file rows (``routerag eval`` and
     the trainers read them)."""
     rng = random.Random(seed)
-    facts, roles = load_facts(data)
-    pools = {"single-hop": list(single_hop(facts, rng)), "bridge": list(bridges(facts, roles, rng)),
+    titles = title_keys(data)
+    facts, roles = load_facts(data, titles)
+    pools = {"single-hop": list(single_hop(facts, rng)), "bridge": list(bridges(facts, roles, titles, rng)),
              "comparison": list(comparisons(facts, rng)), "unanswerable": list(unanswerables(facts, data, rng))}
     rows: list[dict[str, Any]] = []
     seen: set[frozenset[str]] = set()
     for qtype in QUESTION_TYPES:
         pool = pools[qtype]
         rng.shuffle(pool)
-        kept = [q for q in pool if keep(q, data, seen)][:per_type]
+        kept = _select(pool, data, seen, per_type)
         for n, q in enumerate(kept):
             rows.append({"id": f"{qtype}-{n}", "question": q.question, "answers": q.answers, "type": qtype,
                          "relation": q.relation,
