@@ -29,7 +29,7 @@ def sample_index(tmp_path_factory, minilm, spacy_extractor) -> Path:
 
 
 def test_questions_from_the_sample_index(sample_index: Path, tmp_path: Path) -> None:
-    out = tmp_path / "q.jsonl"
+    out = tmp_path / "new folder" / "q.jsonl"  # made for the user, before the work
     r = CliRunner().invoke(app, ["make-questions", str(sample_index), "--out", str(out), "--per-type", "40"])
     assert r.exit_code == 0, r.output
     counts = json.loads(r.output)

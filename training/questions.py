@@ -186,7 +186,8 @@ def named_alone(name: str, titles: frozenset[str]) -> bool:
 
 
 def title_keys(data: Corpus) -> frozenset[str]:
-    return frozenset(key(p.title) for p in data.passages)
+    """The passages' titles, normalised: the names a reader can look up a page by (untitled passages give none)."""
+    return frozenset(k for p in data.passages if (k := key(p.title or "")))
 
 
 def load_facts(data: Corpus, titles: frozenset[str]) -> tuple[list[Fact], dict[str, str]]:
@@ -409,8 +410,10 @@ def make_questions(data: Corpus, *, per_type: int = 200, seed: int = 0) -> list[
 
 
 def write_questions(index: Path, out: Path, *, per_type: int = 200, seed: int = 0) -> dict[str, int]:
-    """``routerag make-questions``: write the questions as JSONL (atomically) and return the count per type."""
+    """``routerag make-questions``: write the questions as JSONL (atomically) and return the count per type. The
+    output's folder is made first, so a path that cannot be written fails before minutes of work, not after."""
     with IndexData(index) as data:
+        out.parent.mkdir(parents=True, exist_ok=True)
         rows = make_questions(data, per_type=per_type, seed=seed)
     write_text_atomic(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     counts = {t: sum(1 for r in rows if r["type"] == t) for t in QUESTION_TYPES}
