@@ -262,6 +262,8 @@ class Descriptions:
 
 def bridges(facts: Sequence[Fact], roles: dict[str, str], titles: frozenset[str],
             rng: random.Random) -> Iterable[Question]:
+    """Two facts chained through an entity the question describes, not names: the asked fact from the bridge's own
+    passage, the description one that leaves no other candidate (:meth:`Descriptions.picks_out_one`)."""
     by_subject = _answers_by_subject(facts)
     descriptions = Descriptions.of(facts, titles)
     subjects: dict[str, list[tuple[str, list[Fact]]]] = defaultdict(list)
