@@ -235,20 +235,18 @@ def single_hop(facts: Sequence[Fact], rng: random.Random) -> Iterable[Question]:
 
 @dataclass(frozen=True, slots=True)
 class Descriptions:
-    """What each (subject, relation) leads to and what each (relation, object) comes from, to tell whether a
-    description of a bridge leaves one candidate."""
-    objects: dict[tuple[str, str], set[str]]
+    """The facts grouped by (subject, relation), as every question type groups them, and which subjects each
+    (relation, object) comes from: whether a description of a bridge leaves one candidate."""
+    by_subject: dict[tuple[str, str], list[Fact]]
     subjects: dict[tuple[str, str], set[str]]
     titles: frozenset[str]
 
     @classmethod
     def of(cls, facts: Sequence[Fact], titles: frozenset[str]) -> Descriptions:
-        objects: dict[tuple[str, str], set[str]] = defaultdict(set)
         subjects: dict[tuple[str, str], set[str]] = defaultdict(set)
         for f in facts:
-            objects[(key(f.subject), f.relation)].add(key(f.object))
             subjects[(f.relation, key(f.object))].add(key(f.subject))
-        return cls(objects, subjects, titles)
+        return cls(_answers_by_subject(facts), subjects, titles)
 
     def picks_out_one(self, via: Fact, bridge: str) -> bool:
         """"The conservatory that X studied at" when X studied at one place only; "the composer who studied at the
@@ -256,7 +254,7 @@ class Descriptions:
         if not named_alone(bridge, self.titles):
             return False
         if key(via.object) == key(bridge):
-            return len(self.objects[(key(via.subject), via.relation)]) == 1
+            return len({key(f.object) for f in self.by_subject.get((key(via.subject), via.relation), ())}) == 1
         return named_alone(via.object, self.titles) and len(self.subjects[(via.relation, key(via.object))]) == 1
 
 
@@ -264,10 +262,9 @@ def bridges(facts: Sequence[Fact], roles: dict[str, str], titles: frozenset[str]
             rng: random.Random) -> Iterable[Question]:
     """Two facts chained through an entity the question describes, not names: the asked fact from the bridge's own
     passage, the description one that leaves no other candidate (:meth:`Descriptions.picks_out_one`)."""
-    by_subject = _answers_by_subject(facts)
     descriptions = Descriptions.of(facts, titles)
     subjects: dict[str, list[tuple[str, list[Fact]]]] = defaultdict(list)
-    for (s, rel), group in by_subject.items():
+    for (s, rel), group in descriptions.by_subject.items():
         subjects[s].append((rel, group))
     for via in facts:
         for bridge in (via.object, via.subject):
