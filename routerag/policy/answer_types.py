@@ -22,6 +22,12 @@ from spacy.lang.en.stop_words import STOP_WORDS
 _WH_WORD = re.compile(r"\b(who|whom|whose|what|which|where|when|why|how)\b", re.IGNORECASE)
 _QUANTITY_AFTER_HOW = frozenset("many much tall long old high big far large wide deep heavy".split())
 _DATE_AFTER_WHAT = frozenset("year years decade century date".split())
+_COUNT_NOUNS = frozenset("population attendance capacity number".split())
+_MEASURE_NOUNS = frozenset("height length area elevation altitude depth width diameter distance weight age size"
+                           .split())
+_WHAT_IS_THE = re.compile(r"^(?:is|was|are|were)\s+(?:the\s+)?(?:[\w-]+'s\s+)?(?P<noun>\w+)\b", re.IGNORECASE)
+""""What is the population of ...", "What was the height of ...", "Which is X's elevation": a quantity asked by
+its noun after the copula (0.7% of RouteRAG's HotpotQA training questions, answered "165,521", "318.9 m")."""
 NUMBER_WORDS = frozenset("""zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
 fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand
 million billion trillion dozen dozens hundreds thousands millions billions twice third fourth fifth sixth seventh
@@ -40,9 +46,10 @@ not a name ("2002 NBA")."""
 
 
 AnswerType = Literal["count", "measure", "date", "name"]
-"""What a question asks for: a count ("how many / much": the number alone, "1,800"), a measure ("how tall / long /
-old / ...": the number and its unit, "2,114 metres"), a date ("when", "what year / decade / century / date": a span
-holding a number, not cut) or a name ("who", "whom", "where")."""
+"""What a question asks for: a count ("how many / much", "what is the population of": the number alone, "1,800"), a
+measure ("how tall / long / old / ...", "what is the height / area / age of": the number and its unit, "2,114
+metres"), a date ("when", "what year / decade / century / date": a span holding a number, not cut) or a name ("who",
+"whom", "where")."""
 
 
 def answer_type(question: str) -> AnswerType | None:
@@ -60,7 +67,16 @@ def answer_type(question: str) -> AnswerType | None:
         return "measure"
     if word == "when" or (word in ("what", "which") and following in _DATE_AFTER_WHAT):
         return "date"
+    if word in ("what", "which") and (noun := _asked_quantity(" ".join(after))):
+        return "count" if noun in _COUNT_NOUNS else "measure"
     return "name" if word in ("who", "whom", "where") else None
+
+
+def _asked_quantity(after_what: str) -> str | None:
+    """The quantity noun a "what is the NOUN of ..." question asks for (None: it asks no quantity)."""
+    match = _WHAT_IS_THE.match(after_what)
+    noun = match.group("noun").lower() if match else ""
+    return noun if noun in _COUNT_NOUNS or noun in _MEASURE_NOUNS else None
 
 
 NUMBER_TYPES: frozenset[AnswerType] = frozenset({"count", "measure", "date"})
