@@ -83,6 +83,19 @@ NUMBER_TYPES: frozenset[AnswerType] = frozenset({"count", "measure", "date"})
 """The answer types whose span must hold a number."""
 
 
+def person_name(question: str, span: str) -> str:
+    """A "who" / "whom" question's answer without the lowercase words before the name ("astronomer Helga Arvidsen",
+    "collector Augustin Merle" → the name): the reader's span often takes the role noun the text puts before a
+    name, which no answer key holds. Other questions, and spans with no capitalised word after the lowercase
+    ones, are returned as they are."""
+    match = _WH_WORD.search(question)
+    if match is None or match.group(1).lower() not in ("who", "whom"):
+        return span
+    words = span.split()
+    lead = next((i for i, w in enumerate(words) if not w[:1].islower()), len(words))
+    return " ".join(words[lead:]) if 0 < lead < len(words) and words[lead][:1].isupper() else span
+
+
 def names_common_noun(title: str, text: str) -> bool:
     """Whether a page is about a common noun: its own text writes its title in lowercase only ("Violinist": "A
     violinist is a musician who ..."), never as a name."""

@@ -43,7 +43,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..retrieval.types import RetrievedDoc
-from .answer_types import NUMBER_TYPES, AnswerType, answer_type, names_common_noun, number_phrase, states_number
+from .answer_types import (NUMBER_TYPES, AnswerType, answer_type, names_common_noun, number_phrase, person_name,
+                           states_number)
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
@@ -417,6 +418,7 @@ class ExtractiveReader:
         if logp == float("-inf"):
             return ReaderAnswer(None, 0.0)
         answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked)
+        answer = person_name(question, answer)
         score = math.exp(logp)
         if not answer or span_refused(score, self.card.abstain_below, self.card.abstain_unsupported_below,
                                       lambda: answer_supported(question, answer, citation)):
