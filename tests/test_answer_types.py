@@ -30,6 +30,7 @@ def test_only_how_questions_are_measures_and_only_how_many_or_much_counts() -> N
 
 @pytest.mark.parametrize(("question", "asked"), [
     ("What is the population of Lerrick?", "count"), ("What is Lerrick's population?", "count"),
+    ("What's the population of Sarnow?", "count"), ("What’s Sarnow’s population?", "count"),
     ("According to the 2010 census, what was the population of the village?", "count"),
     ("What was the population, in the 2011 census, of the district?", "count"),
     ("What is the capacity of the Halvard Opera House?", "count"),

@@ -209,6 +209,8 @@ def test_a_who_question_is_answered_by_the_name_without_its_role_noun() -> None:
     assert person_name("Where did she study?", "the University of Ostmark") == "the University of Ostmark"
     assert person_name("Who taught her?", "mathematician Pieter Vahl") == "Pieter Vahl"
     assert person_name("Who taught her?", "mathematicians") == "mathematicians"
+    assert person_name("Whom did she meet?", "de Gaulle") == "de Gaulle"  # a name's particles stay
+    assert person_name("Who painted it?", "painter van Gogh") == "van Gogh"
 
 
 def test_a_question_longer_than_a_window_is_clipped_not_refused() -> None:

@@ -25,7 +25,8 @@ _DATE_AFTER_WHAT = frozenset("year years decade century date".split())
 _COUNT_NOUNS = frozenset("population attendance capacity number".split())
 _MEASURE_NOUNS = frozenset("height length area elevation altitude depth width diameter distance weight age size"
                            .split())
-_WHAT_IS_THE = re.compile(r"^(?:is|was|are|were)\s+(?:the\s+)?(?:[\w-]+'s\s+)?(?P<noun>\w+)\b", re.IGNORECASE)
+_WHAT_IS_THE = re.compile(r"^(?:is|was|are|were|['’]s)\s+(?:the\s+)?(?:[\w-]+['’]s\s+)?(?P<noun>\w+)\b",
+                          re.IGNORECASE)
 """"What is the population of ...", "What was the height of ...", "Which is X's elevation": a quantity asked by
 its noun after the copula (0.7% of RouteRAG's HotpotQA training questions, answered "165,521", "318.9 m")."""
 NUMBER_WORDS = frozenset("""zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
@@ -83,6 +84,11 @@ NUMBER_TYPES: frozenset[AnswerType] = frozenset({"count", "measure", "date"})
 """The answer types whose span must hold a number."""
 
 
+_NAME_PARTICLES = frozenset("de da di del della der den des du dos das van von ter ten la le al el bin ibn ben"
+                            .split())
+"""Lowercase words that belong to a name ("Charles de Gaulle", "Vincent van Gogh"), never trimmed off it."""
+
+
 def person_name(question: str, span: str) -> str:
     """A "who" / "whom" question's answer without the lowercase words before the name ("astronomer Helga Arvidsen",
     "collector Augustin Merle" → the name): the reader's span often takes the role noun the text puts before a
@@ -93,7 +99,9 @@ def person_name(question: str, span: str) -> str:
         return span
     words = span.split()
     lead = next((i for i, w in enumerate(words) if not w[:1].islower()), len(words))
-    return " ".join(words[lead:]) if 0 < lead < len(words) and words[lead][:1].isupper() else span
+    while lead > 0 and words[lead - 1] in _NAME_PARTICLES:  # "de Gaulle", "painter van Gogh" → "van Gogh"
+        lead -= 1
+    return " ".join(words[lead:]) if 0 < lead < len(words) and words[lead][:1].isalpha() else span
 
 
 def names_common_noun(title: str, text: str) -> bool:
