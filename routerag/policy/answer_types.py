@@ -68,7 +68,7 @@ def answer_type(question: str) -> AnswerType | None:
         return "measure"
     if word == "when" or (word in ("what", "which") and following in _DATE_AFTER_WHAT):
         return "date"
-    if word in ("what", "which") and (noun := _asked_quantity(" ".join(after))):
+    if word in ("what", "which") and (noun := _asked_quantity(question[match.end():].lstrip())):
         return "count" if noun in _COUNT_NOUNS else "measure"
     return "name" if word in ("who", "whom", "where") else None
 
