@@ -9,8 +9,9 @@ and on the passage and graph searches' documents together. The table then scores
 * ``union``: one read of the passage and graph documents together.
 
 ``refusals`` prints refusal precision, recall and EM against the abstention threshold for one mode: the extractive
-reader abstains below ``policy.abstain_below`` (the shipped card: 0.01), and below the shipped card's
-``abstain_unsupported_below`` (0.03) on a span whose sentence does not say what the question asks.
+reader abstains below ``policy.abstain_below`` (the shipped card: 0.01), below the card's ``abstain_unsupported_below``
+(0.03) on a span whose sentence does not say what the question asks, and below its ``abstain_unstated_below`` (0 on
+the shipped card: off) when no document read says it.
 
     python benchmarks/mode_oracle.py run INDEX QUESTIONS --out rows/set.jsonl [--reader FOLDER] [--k 3]
     python benchmarks/mode_oracle.py table rows/*.jsonl [--threshold 0.01]
@@ -46,7 +47,7 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
     from routerag.metrics import answer_in_documents, exact_match
     from routerag.policy.extractive import load_reader
     from routerag.policy.loop import doc_key
-    from routerag.policy.support import answer_supported
+    from routerag.policy.support import answer_supported, documents_state_asked
     from routerag.retrieval.retriever import Retriever
 
     items = load_questions(questions)
@@ -65,22 +66,24 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
             read = reader.read_sync(item.question, shown)
             row[name] = {"answer": read.answer, "score": read.score, "kind": read.kind,
                          "supported": answer_supported(item.question, read.answer or "", read.citation),
+                         "stated": documents_state_asked(item.question, shown),
                          "em": exact_match(read.answer, item.answers) if item.answers and read.answer else 0.0,
                          "in_docs": answer_in_documents([f"{d.title} {d.text}" for d in shown], item.answers)}
         rows.append(row)
     return rows
 
 
-UNSUPPORTED_BELOW = read_reader_card(shipped_reader_path()).abstain_unsupported_below
-"""The shipped reader card's ``abstain_unsupported_below``."""
+CARD = read_reader_card(shipped_reader_path())
+"""The shipped reader card: its abstention thresholds, ``abstain_below`` replaced by the threshold asked for."""
 
 
 def abstains(read: dict[str, Any], threshold: float) -> bool:
-    """The reader abstains on a free span read below the threshold, or below :data:`UNSUPPORTED_BELOW` from a
-    sentence that does not say what the question asks; yes/no and choice reads always answer."""
+    """The shipped card's abstention rules with ``abstain_below`` at ``threshold``; yes/no and choice reads always
+    answer (rows written before a field existed count as supported and stated)."""
     if read.get("kind", "span") != "span":
         return False
-    return span_refused(read["score"], threshold, UNSUPPORTED_BELOW, lambda: read.get("supported", True))
+    return span_refused(read["score"], CARD.model_copy(update={"abstain_below": threshold}),
+                        lambda: read.get("supported", True), lambda: read.get("stated", True))
 
 
 def scored(row: dict[str, Any], read: dict[str, Any], threshold: float) -> float:
@@ -142,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--k", type=int, default=3)
     tab = sub.add_parser("table", help="EM per set and pooled, from run's rows")
     tab.add_argument("rows", type=Path, nargs="+")
-    tab.add_argument("--threshold", type=float, default=0.01)
+    tab.add_argument("--threshold", type=float, default=CARD.abstain_below)
     ref = sub.add_parser("refusals", help="refusal precision and recall against the abstention threshold")
     ref.add_argument("rows", type=Path)
     ref.add_argument("--mode", choices=READS, default="hybrid")
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "table":
         print(table(args.rows, args.threshold))
     else:
-        print(refusals(load_rows(args.rows), args.mode, (0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)))
+        print(refusals(load_rows(args.rows), args.mode, (0.0005, 0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)))
 
 
 if __name__ == "__main__":

