@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from .citations import Citation
 
 _ASKS_NOTHING = frozenset("""be do have get make know describe call name kind type thing sort one other according
-document documents year time date day place way what which who whom whose when where why how also""".split())
-"""Lemmas a question uses to ask, not to name the relation it asks for."""
+accord document documents year time date day place way what which who whom whose when where why how also""".split())
+"""Lemmas a question uses to ask, not to name the relation it asks for ("According to the documents, ..." is
+lemmatized "accord")."""
 _RELATION_POS = frozenset({"VERB", "NOUN", "ADJ", "ADV"})
 _STEM = 4
 
