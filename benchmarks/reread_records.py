@@ -1,0 +1,138 @@
+"""Two extractive readers compared on the same trajectories, without running the policy again.
+
+    python benchmarks/reread_records.py INDEX_DIR RUN_DIR --reader FOLDER [--reader FOLDER ...] [--out rows.jsonl]
+
+`routerag eval` records which documents each question's trajectory read (``doc_ids``). The searches do not depend
+on the reader's refusal rule: with the same policy, a second reader card changes only the final read. So a card (its
+abstention thresholds, say) can be measured on a finished run in minutes instead of the router's hour, and paired,
+question by question, against the card that ran. This reads every record of every ``<set>/<strategy>.jsonl`` under
+``RUN_DIR`` again with each ``--reader`` (a folder with ``reader_card.json``; ``shipped`` for the packaged reader),
+scores the answers as the harness does (a right refusal counts 1), and prints per set and strategy, and pooled per
+strategy: EM, refusals, refusal precision and recall, and refusals whose documents held the answer.
+
+Records whose trajectory never reached the reader (``finish`` ``no_answer`` or ``error``) keep their recorded
+outcome. ``changed`` counts the records whose first reader's answer differs from the recorded one: 0 when the first
+``--reader`` is the card that ran (the check that the replay is faithful).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from routerag.evaluation.records import read_records, refusal_scores  # noqa: E402
+from routerag.metrics import exact_match  # noqa: E402
+
+NOT_READ = ("no_answer", "error")
+"""Trajectories that ended before the reader read: their recorded outcome stands under every card."""
+
+
+def run_files(run_dir: Path) -> list[Path]:
+    """Every ``<set>/<strategy>.jsonl`` record file of a ``routerag eval`` output folder."""
+    files = sorted(p for p in run_dir.glob("*/*.jsonl"))
+    if not files:
+        raise SystemExit(f"{run_dir}: no <set>/<strategy>.jsonl records (the --out folder of `routerag eval`)")
+    return files
+
+
+def reread(record: dict[str, Any], reader: Any, passages: dict[str, Any]) -> dict[str, Any]:
+    """The record's outcome under ``reader``: its documents (in the order read, whole, as the loop gives the
+    extractive reader) read again and scored as the harness scores."""
+    from routerag.retrieval.types import RetrievedDoc
+
+    if record.get("finish") in NOT_READ:
+        return {"prediction": record["prediction"], "refused": record["refused"], "em": record["em"]}
+    missing = [i for i in record["doc_ids"] if i not in passages]
+    if missing:
+        raise SystemExit(f"record {record['id']}: documents {missing[:3]} are not in this index (another index's run?)")
+    docs = [RetrievedDoc(i, passages[i].title, passages[i].text, 1.0) for i in dict.fromkeys(record["doc_ids"])]
+    read = reader.read_sync(record["question"], docs)
+    refused = read.abstained
+    if record.get("answerable", True):
+        em = 0.0 if refused else exact_match(read.answer, record["answers"])
+    else:
+        em = float(refused)
+    return {"prediction": read.answer, "refused": refused, "em": em}
+
+
+def scores(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """EM (%), refusals and the harness's refusal scores over re-read records."""
+    n = len(records)
+    out: dict[str, Any] = {"n": n, "em": 100 * sum(r["em"] for r in records) / n if n else None,
+                           "refused": sum(1 for r in records if r["refused"])}
+    out.update(refusal_scores(records))
+    return out
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def table(results: dict[tuple[str, str], dict[str, list[dict[str, Any]]]], readers: Sequence[str]) -> list[str]:
+    """Markdown rows: each set and strategy, then each strategy pooled over the sets, one row per reader."""
+    lines = ["| set | strategy | reader | n | EM | refused | precision | recall | refused with answer % | changed |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    pooled: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    rows = list(results.items())
+    for (qset, strategy), by_reader in rows:
+        for name in readers:
+            pooled[strategy][name].extend(by_reader[name])
+    rows += [(("pooled", strategy), by_reader) for strategy, by_reader in pooled.items()]
+    for (qset, strategy), by_reader in rows:
+        for name in readers:
+            recs = by_reader[name]
+            s = scores(recs)
+            rwa = None if s["refused_with_answer"] is None else 100 * s["refused_with_answer"]
+            changed = sum(1 for r in recs if r["changed"])
+            lines.append(f"| {qset} | {strategy} | {name} | {s['n']} | {_fmt(s['em'], 1)} | {s['refused']} | "
+                         f"{_fmt(s['refusal_precision'])} | {_fmt(s['refusal_recall'])} | {_fmt(rwa, 1)} | "
+                         f"{changed} |")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("index", type=Path, help="the index the run searched")
+    ap.add_argument("run", type=Path, help="a `routerag eval --out` folder")
+    ap.add_argument("--reader", action="append", required=True,
+                    help="a reader folder (reader_card.json and weights), or 'shipped'; repeat to compare")
+    ap.add_argument("--out", type=Path, help="also write every re-read record here (JSON lines)")
+    args = ap.parse_args(argv)
+
+    from routerag.config import Settings
+    from routerag.policy.extractive import ExtractiveReader
+    from routerag.retrieval.retriever import Retriever
+
+    passages = {p.id: p for p in Retriever(args.index, Settings().retrieval).passages}
+    readers = {name: ExtractiveReader(None if name == "shipped" else name) for name in dict.fromkeys(args.reader)}
+    first = next(iter(readers))
+    results: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+    out = args.out.open("w", encoding="utf-8") if args.out else None
+    for path in run_files(args.run):
+        records = read_records(path, required=("id", "question", "answers", "prediction", "refused", "em", "doc_ids"))
+        by_reader: dict[str, list[dict[str, Any]]] = {}
+        for name, reader in readers.items():
+            rows = []
+            for rec in records:
+                new = {**rec, **reread(rec, reader, passages), "reader": name}
+                new["changed"] = name == first and (new["refused"] != rec["refused"] or
+                                                    (not rec["refused"] and new["prediction"] != rec["prediction"]))
+                rows.append(new)
+                if out:
+                    out.write(json.dumps(new) + "\n")
+            by_reader[name] = rows
+        results[(path.parent.name, path.stem)] = by_reader
+    if out:
+        out.close()
+    print("\n".join(table(results, list(readers))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""benchmarks/reread_records.py: a finished run's documents read again with other reader cards; the card that ran
+reproduces every recorded answer, and a stricter card's refusals are scored as the harness scores them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from routerag.metrics import exact_match
+from routerag.policy.extractive import READER_CARD, ExtractiveReader, shipped_reader_path
+
+from .helpers.scripts import load_script
+
+QUESTIONS = [("Where was Joran Veld born?", ["Tarsk"]), ("What did Joran Veld become?", ["glassblower"]),
+             ("Who designed the harbour of Tarsk?", [])]
+
+
+def _records(retriever, reader: ExtractiveReader) -> list[dict]:
+    """Records as `routerag eval` writes them (the fields the re-read uses), answered by ``reader``."""
+    out = []
+    for i, (question, answers) in enumerate(QUESTIONS):
+        docs = list(retriever.search([question], mode="graph", k=3)[0].docs)
+        read = reader.read_sync(question, docs)
+        answerable = bool(answers)
+        em = (0.0 if read.abstained else exact_match(read.answer, answers)) if answerable else float(read.abstained)
+        out.append({"id": f"q{i}", "question": question, "answers": answers, "answerable": answerable,
+                    "prediction": read.answer, "refused": read.abstained, "em": em, "finish": "answer",
+                    "answer_recall": 1.0 if answerable else None, "doc_ids": [d.id for d in docs]})
+    out.append({**out[0], "id": "q-unread", "prediction": None, "refused": False, "em": 0.0, "finish": "no_answer"})
+    return out
+
+
+def test_the_card_that_ran_changes_nothing_and_a_stricter_card_refuses(index: Path, retriever, tmp_path: Path,
+                                                                        capsys) -> None:
+    run = tmp_path / "run" / "set"
+    run.mkdir(parents=True)
+    records = _records(retriever, ExtractiveReader())
+    (run / "learned.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    strict = tmp_path / "strict-reader"
+    shutil.copytree(shipped_reader_path(), strict)
+    card = json.loads((strict / READER_CARD).read_text())
+    (strict / READER_CARD).write_text(json.dumps({**card, "abstain_below": 1.0}))
+
+    out = tmp_path / "rows.jsonl"
+    load_script(Path("benchmarks/reread_records.py")).main(
+        [str(index), str(tmp_path / "run"), "--reader", "shipped", "--reader", str(strict), "--out", str(out)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    shipped = [r for r in rows if r["reader"] == "shipped"]
+    assert [r["prediction"] for r in shipped] == [r["prediction"] for r in records]
+    assert not any(r["changed"] for r in shipped)
+
+    strict_rows = {r["id"]: r for r in rows if r["reader"] == str(strict)}
+    assert all(strict_rows[f"q{i}"]["refused"] for i in range(3))  # every free span is below 1.0
+    assert strict_rows["q2"]["em"] == 1.0 and strict_rows["q0"]["em"] == 0.0  # a right refusal counts 1
+    assert strict_rows["q-unread"]["refused"] is False  # never read: its recorded outcome stands
+    table = capsys.readouterr().out
+    pooled_strict = next(line for line in table.splitlines() if line.startswith(f"| pooled | learned | {strict} "))
+    assert "| 4 | 25.0 | 3 | 0.33 | 1.00 |" in pooled_strict
