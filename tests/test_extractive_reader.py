@@ -377,6 +377,29 @@ def test_a_policy_refusal_is_a_draft_the_extractive_reader_decides() -> None:
     assert traj.finish == "refused" and traj.answer == REFUSAL_ANSWER
 
 
+def _cut_off_run(verdict: ReaderAnswer, turns: list[str], budget: int = 1):
+    reader = _Verdicts(verdict)
+    cfg = LoopConfig(extractive_reader=reader, max_information_tokens=8, budget=budget)
+    loop = PolicyLoop(ScriptedGenerator(turns), FakeSearch({"Joran Veld": ["Joran Veld"]}), cfg)
+    return asyncio.run(loop.run("Where was Joran Veld born?")), reader
+
+
+def test_a_trajectory_cut_off_without_an_answer_is_still_read() -> None:
+    """A forced turn that gives no answer (an echo of the notice, a refusal) ended the trajectory unread; the
+    extractive reader answers from what was found, or searches the question first when nothing was."""
+    cited = Citation("id-Joran Veld", "Joran Veld", "Text about Joran Veld.")
+    over = ["<search>[graph] Joran Veld</search>", "<search>[graph] more</search>"]  # past a budget of 1
+    traj, reader = _cut_off_run(ReaderAnswer("Tarsk", 0.9, cited), [*over, "[refuse]</answer>"])
+    assert [s.action for s in traj.steps] == ["search", "over_budget", "forced_answer"]
+    assert reader.docs and traj.answer == "Tarsk" and traj.finish == "forced_answer" and not traj.refused
+    traj, _ = _cut_off_run(ReaderAnswer(None, 0.001), [*over, "[refuse]</answer>"])
+    assert traj.finish == "refused" and traj.answer == REFUSAL_ANSWER
+    # never searched, cut off by invalid turns: the question is searched, then read
+    traj, reader = _cut_off_run(ReaderAnswer("Tarsk", 0.9, cited), ["no tags"] * 3 + ["</answer>"], budget=2)
+    assert [s.action for s in traj.steps if s.action == "search"] == ["search"] and traj.steps[-1].by_loop
+    assert reader.docs and traj.answer == "Tarsk" and traj.finish == "forced_answer"
+
+
 @pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
 def test_the_shipped_reader_reads_a_birthplace_and_cites_its_sentence() -> None:
     reader = ExtractiveReader(abstain_below=0.0)

@@ -52,8 +52,9 @@ DEFINITIONS = {
     "format_ok": "share of policy trajectories that answered (or refused) in format on their own (no invalid turn, "
                  "no forced answer); undefined for naive-rag and no-retrieval",
     "finish": "how each trajectory ended (the endings column): answer or refused (on its own), forced_answer (past "
-              "the search budget or the invalid turns allowed, the answer was forced), no_answer (cut off by the "
-              "response's token budget, or a forced turn that gave no answer), error",
+              "the search budget or the invalid turns allowed, the answer was forced; with the extractive reader also "
+              "a trajectory cut off without an answer, which the reader answered), no_answer (cut off by the "
+              "response's token budget, or a forced turn that gave no answer, and no extractive reader), error",
     "refusal_rate": "share of questions the policy refused on its own (<answer> [refuse] </answer>: the documents do "
                     "not answer it); a refusal scores 0 on EM, F1 and GenAcc",
     "answered": "em_answered, f1_answered, gen_acc_answered: EM, F1 and GenAcc over the questions not refused; "

@@ -16,9 +16,10 @@ one thing and returning the next state, with everything the trajectory carries i
   with ``search_options``, a choice question's options the documents leave undecided are searched before it reads.
 
 A turn past the response's token budget is not generated: the trajectory is cut off without an answer
-(→ ``ANSWER``). Every turn is traced (thought, mode, query, documents, timings, tokens). When the backend works on
-tokens, the context is kept as token ids too and the trajectory records which tokens the policy generated and which
-were appended, so a trainer can mask the information out of the loss.
+(→ ``ANSWER``), which an extractive reader still reads (a forced turn that gave no answer, too). Every turn is
+traced (thought, mode, query, documents, timings, tokens). When the backend works on tokens, the context is kept as
+token ids too and the trajectory records which tokens the policy generated and which were appended, so a trainer can
+mask the information out of the loss.
 """
 
 from __future__ import annotations
@@ -290,12 +291,15 @@ class PolicyLoop:
         refusal stands over a reader that cannot refuse (a generator always writes something); a reader that abstains
         on its own (the extractive one) decides instead, as it does for an answer: measured on held-out sets, the
         135M router refused 21-48% of questions, many of them with the answer in its documents
-        (docs/research/2026-11-27-router-outcomes.md)."""
+        (docs/research/2026-11-27-router-outcomes.md). It also reads a trajectory cut off without an answer (a
+        forced turn that gave none): the policy's draft is never its answer, so a missing draft loses nothing the
+        documents hold (7 of 787 training trajectories,
+        docs/research/2026-11-29-refusal-rules-on-the-routers-own-trajectories.md)."""
         traj, reader = run.traj, run.cfg.reader
         traj.answer = traj.policy_answer
         if traj.refused and reader.extractive is None:
             traj.answer = REFUSAL_ANSWER
-        elif reader.reads and traj.finish != "no_answer":
+        elif reader.reads and (traj.finish != "no_answer" or reader.extractive is not None):
             if reader.extractive is not None:
                 await self._search_unsearched(run)
                 await self._search_options(run)
@@ -308,6 +312,8 @@ class PolicyLoop:
                 traj.answer, traj.citation = read.answer, read.citation
                 if traj.finish == "refused":  # the policy's draft was a refusal (its step says so); the reader answered
                     traj.finish = "answer"
+                elif traj.finish == "no_answer":  # cut off without a draft: the answer was forced, the reader's
+                    traj.finish = "forced_answer"
         elif traj.answer:
             traj.answer = reader.shorten(traj.question, traj.answer, self.read_documents(traj.retrieved, run.cfg))
         # the one answer a caller gets, labelled: the policy's draft (its `draft` event) may differ from it
