@@ -27,9 +27,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from routerag.datasets import DatasetError  # noqa: E402
 from routerag.evaluation.records import read_records, refusal_scores  # noqa: E402
 from routerag.metrics import exact_match  # noqa: E402
 
+REQUIRED = ("id", "question", "answers", "prediction", "refused", "em", "doc_ids")
+"""What a record must hold to be read again (every `routerag eval` record since documents were recorded)."""
 NOT_READ = ("no_answer", "error")
 """Trajectories that ended before the reader read: their recorded outcome stands under every card."""
 
@@ -116,7 +119,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     results: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
     out = args.out.open("w", encoding="utf-8") if args.out else None
     for path in run_files(args.run):
-        records = read_records(path, required=("id", "question", "answers", "prediction", "refused", "em", "doc_ids"))
+        try:
+            records = read_records(path, required=REQUIRED)
+        except DatasetError as exc:  # a truncated or foreign line: say which file and line, no traceback
+            raise SystemExit(str(exc)) from None
         by_reader: dict[str, list[dict[str, Any]]] = {}
         for name, reader in readers.items():
             rows = []

@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from routerag.metrics import exact_match
 from routerag.policy.extractive import READER_CARD, ExtractiveReader, shipped_reader_path
 
@@ -57,3 +59,13 @@ def test_the_card_that_ran_changes_nothing_and_a_stricter_card_refuses(index: Pa
     table = capsys.readouterr().out
     pooled_strict = next(line for line in table.splitlines() if line.startswith(f"| pooled | learned | {strict} "))
     assert "| 4 | 25.0 | 3 | 0.33 | 1.00 |" in pooled_strict
+
+
+def test_a_truncated_record_file_is_named_with_its_line(index: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run" / "set"
+    run.mkdir(parents=True)
+    (run / "learned.jsonl").write_text('{"id": "q0", "question": "Where was Joran Veld born?"}\n{"id": "q1", "que')
+    with pytest.raises(SystemExit, match=r"learned\.jsonl:1: not an evaluation record \(missing answers"):
+        load_script(Path("benchmarks/reread_records.py")).main([str(index), str(tmp_path / "run"), "--reader", "shipped"])
+    with pytest.raises(SystemExit, match="no <set>/<strategy>.jsonl records"):
+        load_script(Path("benchmarks/reread_records.py")).main([str(index), str(tmp_path), "--reader", "shipped"])
