@@ -65,7 +65,8 @@ def test_a_truncated_record_file_is_named_with_its_line(index: Path, tmp_path: P
     run = tmp_path / "run" / "set"
     run.mkdir(parents=True)
     (run / "learned.jsonl").write_text('{"id": "q0", "question": "Where was Joran Veld born?"}\n{"id": "q1", "que')
+    main = load_script(Path("benchmarks/reread_records.py")).main
     with pytest.raises(SystemExit, match=r"learned\.jsonl:1: not an evaluation record \(missing answers"):
-        load_script(Path("benchmarks/reread_records.py")).main([str(index), str(tmp_path / "run"), "--reader", "shipped"])
+        main([str(index), str(tmp_path / "run"), "--reader", "shipped"])
     with pytest.raises(SystemExit, match="no <set>/<strategy>.jsonl records"):
-        load_script(Path("benchmarks/reread_records.py")).main([str(index), str(tmp_path), "--reader", "shipped"])
+        main([str(index), str(tmp_path), "--reader", "shipped"])
