@@ -55,7 +55,7 @@ def reread(record: dict[str, Any], reader: Any, passages: dict[str, Any]) -> dic
     missing = [i for i in record["doc_ids"] if i not in passages]
     if missing:
         raise SystemExit(f"record {record['id']}: documents {missing[:3]} are not in this index (another index's run?)")
-    docs = [RetrievedDoc(i, passages[i].title, passages[i].text, 1.0) for i in dict.fromkeys(record["doc_ids"])]
+    docs = [RetrievedDoc(i, passages[i].title, passages[i].text, 1.0) for i in record["doc_ids"]]  # distinct already
     read = reader.read_sync(record["question"], docs)
     refused = read.abstained
     if record.get("answerable", True):
@@ -109,11 +109,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, help="also write every re-read record here (JSON lines)")
     args = ap.parse_args(argv)
 
-    from routerag.config import Settings
+    from graph_index.store import IndexData
     from routerag.policy.extractive import ExtractiveReader
-    from routerag.retrieval.retriever import Retriever
 
-    passages = {p.id: p for p in Retriever(args.index, Settings().retrieval).passages}
+    with IndexData(args.index) as data:  # only the passages: no retriever (FAISS, graph, embedder) to load
+        passages = {p.id: p for p in data.passages}
     readers = {name: ExtractiveReader(None if name == "shipped" else name) for name in dict.fromkeys(args.reader)}
     first = next(iter(readers))
     results: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
