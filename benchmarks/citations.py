@@ -23,9 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from graph_index.corpus import content_hash  # noqa: E402
 from graph_index.store import IndexData  # noqa: E402
 from routerag.datasets import load_questions  # noqa: E402
-from routerag.evaluation.records import read_records  # noqa: E402
+from routerag.evaluation.records import read_records, record_documents  # noqa: E402
 from routerag.policy.citations import cite  # noqa: E402
-from routerag.retrieval.types import RetrievedDoc  # noqa: E402
 
 
 def main() -> None:
@@ -40,7 +39,7 @@ def main() -> None:
     right_cited, right_precision, wrong_cited, per_answer = [], [], [], []
     for rec in read_records(args.records, required=("id", "prediction", "gen_acc", "doc_ids")):
         item = items[rec["id"]]
-        docs = [RetrievedDoc(i, passages[i].title, passages[i].text, 0.0) for i in rec["doc_ids"] if i in passages]
+        docs = record_documents(rec, passages)
         cited = cite(rec["prediction"], docs)
         per_answer.append(len(cited))
         if rec["gen_acc"] == 1.0:

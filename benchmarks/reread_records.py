@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from routerag.datasets import DatasetError  # noqa: E402
-from routerag.evaluation.records import read_records, refusal_scores  # noqa: E402
+from routerag.evaluation.records import read_records, record_documents, refusal_scores  # noqa: E402
 from routerag.metrics import exact_match  # noqa: E402
 
 REQUIRED = ("id", "question", "answers", "prediction", "refused", "em", "doc_ids")
@@ -48,14 +48,12 @@ def run_files(run_dir: Path) -> list[Path]:
 def reread(record: dict[str, Any], reader: Any, passages: dict[str, Any]) -> dict[str, Any]:
     """The record's outcome under ``reader``: its documents (in the order read, whole, as the loop gives the
     extractive reader) read again and scored as the harness scores."""
-    from routerag.retrieval.types import RetrievedDoc
-
     if record.get("finish") in NOT_READ:
         return {"prediction": record["prediction"], "refused": record["refused"], "em": record["em"]}
-    missing = [i for i in record["doc_ids"] if i not in passages]
-    if missing:
-        raise SystemExit(f"record {record['id']}: documents {missing[:3]} are not in this index (another index's run?)")
-    docs = [RetrievedDoc(i, passages[i].title, passages[i].text, 1.0) for i in record["doc_ids"]]  # distinct already
+    try:
+        docs = record_documents(record, passages, strict=True)  # distinct already
+    except DatasetError as e:
+        raise SystemExit(str(e)) from None
     read = reader.read_sync(record["question"], docs)
     refused = read.abstained
     if record.get("answerable", True):

@@ -30,9 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from graph_index.store import IndexData
 from routerag.evaluation import summarize
-from routerag.evaluation.records import read_records
+from routerag.evaluation.records import read_records, record_documents
 from routerag.policy.grounding import is_grounded
-from routerag.retrieval.types import RetrievedDoc
 
 HEADER = ("| {name} | n | EM | F1 | answer recall | searches | retrieval ms/q | refusal % | refusal P | refusal R | "
           "refused with answer % | queries: grounded / question / all |")
@@ -56,7 +55,7 @@ def query_counts(records: list[dict[str, Any]], index: str) -> tuple[int, int, i
         by_id = {p.id: p for p in data.passages}
         n = grounded = as_question = 0
         for r in records:
-            docs = [RetrievedDoc(i, by_id[i].title, by_id[i].text, 0) for i in r["doc_ids"] if i in by_id]
+            docs = record_documents(r, by_id)
             for q in r["queries"]:
                 n += 1
                 as_question += q.strip() == r["question"].strip()

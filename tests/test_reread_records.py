@@ -70,3 +70,18 @@ def test_a_truncated_record_file_is_named_with_its_line(index: Path, tmp_path: P
         main([str(index), str(tmp_path / "run"), "--reader", "shipped"])
     with pytest.raises(SystemExit, match="no <set>/<strategy>.jsonl records"):
         main([str(index), str(tmp_path), "--reader", "shipped"])
+
+
+def test_a_records_documents_come_back_in_order_and_a_foreign_id_is_named(index: Path) -> None:
+    from graph_index.store import IndexData
+    from routerag.datasets import DatasetError
+    from routerag.evaluation.records import record_documents
+
+    with IndexData(index) as data:
+        passages = {p.id: p for p in data.passages}
+    second, first = list(passages)[:2]
+    record = {"id": "q0", "doc_ids": [first, "not-in-this-index", second]}
+    docs = record_documents(record, passages)
+    assert [(d.id, d.title, d.text) for d in docs] == [(i, passages[i].title, passages[i].text) for i in (first, second)]
+    with pytest.raises(DatasetError, match=r"record q0: documents \['not-in-this-index'\] are not in this index"):
+        record_documents(record, passages, strict=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -229,6 +229,19 @@ def read_records(path: str | Path, required: Sequence[str] = ("id",)) -> list[di
                 raise DatasetError(f"{path}:{n}: not an evaluation record (missing {', '.join(missing)})")
             out.append(rec)
     return out
+
+
+def record_documents(record: dict[str, Any], passages: Mapping[str, Any], *,
+                     strict: bool = False) -> list[RetrievedDoc]:
+    """The documents a record's trajectory read (its ``doc_ids``, in the order read), rebuilt from ``passages`` (id →
+    an object with ``title`` and ``text``, such as ``IndexData.passages``), for tools that re-read or re-score a
+    finished run without running its searches again. An id the index lacks is skipped, or with ``strict`` a
+    :class:`DatasetError` (a run re-read against another index must not be scored on fewer documents)."""
+    missing = [i for i in record["doc_ids"] if i not in passages]
+    if missing and strict:
+        raise DatasetError(f"record {record.get('id')}: documents {missing[:3]} are not in this index "
+                           "(another index's run?)")
+    return [RetrievedDoc(i, passages[i].title, passages[i].text, 1.0) for i in record["doc_ids"] if i in passages]
 
 
 class ResultsLog:
