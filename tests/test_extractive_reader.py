@@ -63,6 +63,18 @@ def test_yes_no_questions_are_told_by_a_rule(question: str, expected: bool) -> N
     ("As of now, has George Abbott or Matt Stone's career spanned more decades?", None),  # no "which" before them
     ("What activity, restricted or banned in many countries, was his business?", None),  # not names
     ("Which is older, Москва or Киев?", ["Москва", "Киев"]),  # names in another script
+    # no comma: the capitalised names around the `or`, after a "which" / "who" / "what"
+    ("Who was born first Busby Berkeley or Billy Bob Thornton ?", ["Busby Berkeley", "Billy Bob Thornton"]),
+    ("which battle took place first Battle of Stones River or Battle of Belleau Wood ?",
+     ["Battle of Stones River", "Battle of Belleau Wood"]),
+    ("Which publication Woman's Journal or Woman's Era was published more often?", ["Woman's Journal", "Woman's Era"]),
+    ("Which band was formed first The Exies or Circus Diablo ?", ["Exies", "Circus Diablo"]),
+    ("Which mountain is partially in India? Gurla Mandhata or Kirat Chuli?", ["Gurla Mandhata", "Kirat Chuli"]),
+    ("Which documentary came first, Where Have All the Flowers Gone? or American Pimp?",
+     ["Where Have All the Flowers Gone?", "American Pimp"]),  # that "?" is the title's own
+    ("Trap or Die 3 is an album by the rapper from what Georgia city?", None),  # no "which" before the names
+    ("What was the nationality of the designer or developer of Spacemaster?", None),  # no name before the `or`
+    ("Who is known for working with Tim Burton; Danny Elfman or Beth Ditto?", ["Danny Elfman", "Beth Ditto"]),
 ])
 def test_a_choice_questions_options_are_read_off_it(question: str, expected: list[str] | None) -> None:
     assert choice_options(question) == expected
@@ -425,6 +437,8 @@ def test_a_choice_question_is_answered_by_one_of_its_options() -> None:
     assert (read.answer, read.kind) == ("Osterby Light", "dated_option")  # 1802 before 1871
     assert read.citation == Citation("l", "Osterby Light", "The Osterby Light was first lit in 1802, on the Osterby "
                                                            "cliffs.")
+    no_comma = reader.read_sync("Which opened first the Varnholm Railway or the Osterby Light ?", docs)
+    assert (no_comma.answer, no_comma.kind) == ("Osterby Light", "dated_option")  # as users often write it
     by_span = reader.read_sync("Which is longer, the Varnholm Railway or the Osterby Light?", docs)
     assert by_span.kind == "option" and by_span.answer in ("Varnholm Railway", "Osterby Light")
     assert 0 < by_span.score <= 1 and by_span.citation.title == by_span.answer and not by_span.abstained

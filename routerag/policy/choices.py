@@ -33,13 +33,48 @@ def _names_something(option: str) -> bool:
     return any(w[0].isalnum() and not w[0].islower() for w in option.split())
 
 
+_NAME_JOINERS = frozenset("of the de del da di du von van der la le y & v. vs. for on in at".split())
+"""Lowercase words that occur inside a name ("Battle of Stones River", "Aptheker v. Secretary of State"); not "and",
+which joins two names more often than it is inside one ("... from Finland and Paul David Hewson or Bono ...")."""
+
+
+def _name_words(words: list[str]) -> int:
+    """How many of ``words``, from the first, make a name: each opens with a capital or a digit (after an opening
+    quote or bracket), or is a joiner between two such words; the run never ends on a joiner."""
+    n = 0
+    for i, w in enumerate(words):
+        if _names_something(w.lstrip("\"'(")):
+            n = i + 1
+        elif w.lower() not in _NAME_JOINERS:
+            break
+    return n
+
+
+def _named_without_comma(body: str, at: int) -> list[str] | None:
+    """The options of a choice written without a comma before them ("Who was born first Busby Berkeley or Billy Bob
+    Thornton ?", "Which publication Woman's Journal or Woman's Era was published more often?"): the name that ends at
+    the last ``or`` and the name that starts after it, each a run of capitalised words, after a "which"/"who"/"what"
+    (a statement's "Trap or Die 3 is an album by ...?" is not a choice)."""
+    before, after = body[:at].split(), body[at + 4:].replace("?", " ").split()
+    left = _name_words(before[::-1])
+    right = _name_words(after)
+    if not left or not right:
+        return None
+    first = " ".join(before[len(before) - left:])
+    if not _ASKS_WHICH.search(" ".join(before[:len(before) - left])):
+        return None
+    return [first, " ".join(after[:right])]
+
+
 def choice_options(question: str) -> list[str] | None:
     """The two options a question asks to choose between, as it writes them without a leading article: "Which
-    opened first, the Railway or the Light?" (the options after the last comma or colon before its last ``or``),
-    "Of A and B, which one ...?" / "Between A and B, who ...?". None for any other question, and for an ``or`` with
-    no comma or colon before it ("Did A or B come first?"), whose options have no reliable left edge. Of the 10,000
-    HotpotQA questions of RouteRAG's RL training parquet, 751 read as choices, and the answer is one of the options
-    for 602 (most others: the answer is a longer name, "Allen Stuart Drury" for "Allen Drury")."""
+    opened first, the Railway or the Light?" (the options after the last comma, colon, semicolon or question mark
+    before its last ``or``), "Of A and B, which one ...?" / "Between A and B, who ...?", and, with no such mark, the
+    two capitalised names around the ``or`` after a "which"/"who"/"what" ("Who was born first Busby Berkeley or
+    Billy Bob Thornton ?"). None for any other question ("Did A or B come first?" asks no "which"). Of the 9,991
+    HotpotQA questions of RouteRAG's RL training parquet outside HotpotQA-100, 833 read as choices, and the answer is
+    one of the options for 662 (most others: the answer is a longer name, "Allen Stuart Drury" for "Allen Drury");
+    before the names without a comma were read, 751 and 602)."""
     question = " ".join(question.split())
     paired = _OF_TWO.match(question)
     if paired:
@@ -47,12 +82,18 @@ def choice_options(question: str) -> list[str] | None:
     else:
         body = _WHO_OR_WHAT.sub("", question)
         at = body.lower().rfind(" or ")
-        cut = max(body.rfind(":", 0, max(at, 0)), body.rfind(",", 0, max(at, 0)))
-        if at < 0 or cut < 0 or not _ASKS_WHICH.search(question[:len(question) - len(body) + cut]):
+        cut = max(body.rfind(mark, 0, max(at, 0)) for mark in ",:;")
+        asked = body.rfind("?", 0, max(at, 0))  # "Which ... India? Gurla Mandhata or Kirat Chuli?", but not a
+        if asked > cut and body[asked + 1:at].strip():  # title's own: "..., Where Have All the Flowers Gone? or X?"
+            cut = asked
+        if at < 0:
             return None
-        options = [body[cut + 1:at], _CLAUSE_AFTER.split(body[at + 4:], 1)[0].rstrip(" ?")]
+        if cut >= 0 and _ASKS_WHICH.search(question[:len(question) - len(body) + cut]):
+            options = [body[cut + 1:at], _CLAUSE_AFTER.split(body[at + 4:], 1)[0].rstrip(" ?")]
+        else:
+            options = _named_without_comma(body, at) or []
     options = [_ARTICLE.sub("", o.strip(" ,")) for o in options]
-    if not all(options) or max(len(o.split()) for o in options) > _MAX_OPTION_WORDS:
+    if not options or not all(options) or max(len(o.split()) for o in options) > _MAX_OPTION_WORDS:
         return None
     if all(o.isdigit() for o in options):  # "Between 2010 and 2014, which stadium ...?" asks for neither
         return None
