@@ -541,6 +541,56 @@ def test_search_options_searches_the_option_the_documents_do_not_mention() -> No
     assert len(search.calls) == 1
 
 
+class _PagesSearch:
+    """Canned pages by query (title, text), recording each search; a search past its pages returns none."""
+
+    def __init__(self, pages: dict[str, list[tuple[str, str]]]) -> None:
+        self.pages, self.calls = pages, []
+
+    async def search(self, query: str, mode: str, k: int):
+        from routerag.retrieval.types import RetrievalResult
+
+        self.calls.append((query, mode, k))
+        docs = [RetrievedDoc(f"id-{t}", t, text, 1.0) for t, text in self.pages.get(query, [])][:k]
+        return RetrievalResult(query, mode, docs, {"dense": 1.0})
+
+
+class _SureOnlyWith(_Verdicts):
+    """An unsure free span (0.01) until the documents hold a given page, then a sure one; or a set kind of read."""
+
+    def __init__(self, title: str, kind: str = "span") -> None:
+        super().__init__(ReaderAnswer(None, 0.0))
+        self.title, self.kind, self.reads = title, kind, 0
+
+    async def read(self, question: str, docs: list[RetrievedDoc]) -> ReaderAnswer:
+        self.reads += 1
+        if any(d.title == self.title for d in docs):
+            return ReaderAnswer("Tarsk", 0.9, kind=self.kind)
+        return ReaderAnswer("Lind", 0.01, kind=self.kind)
+
+
+def test_search_bridge_below_searches_the_first_pages_new_entity_when_the_reader_is_unsure() -> None:
+    question = "Where was the composer of The Glass Weir born?"
+    pages = {"The Glass Weir": [("The Glass Weir", "The Glass Weir is a 1971 film scored by Anna Lind."),
+                                ("Weir", "A weir is a low dam.")],
+             "Anna Lind": [("The Glass Weir", "The Glass Weir is a 1971 film scored by Anna Lind."),
+                           ("Anna Lind", "Anna Lind is a composer. She was born in Tarsk.")]}
+    script = ["<search>[graph] The Glass Weir</search>", "<answer>somewhere</answer>"]
+    cfg = LoopConfig(extractive_reader=_SureOnlyWith("Anna Lind"), budget=2, k=2, search_bridge_below=0.05)
+    search = _PagesSearch(pages)
+    traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, cfg).run(question))
+    assert traj.answer == "Tarsk" and cfg.extractive_reader.reads == 2
+    assert search.calls[-1] == ("Anna Lind", "graph", 2 + 2)  # the first page's new entity, its mode, k more
+    hop = traj.steps[-1]
+    assert (hop.action, hop.by_loop, hop.query_source, hop.query_doc) == ("search", True, "entity", "id-The Glass Weir")
+    assert hop.doc_titles == ["Anna Lind"]  # only documents not shown yet
+    for off in (replace(cfg, search_bridge_below=0.0), replace(cfg, search_bridge_below=0.005),  # off; a sure read
+                replace(cfg, budget=1), replace(cfg, extractive_reader=_SureOnlyWith("Anna Lind", "option"))):
+        search.calls.clear()
+        traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, off).run(question))
+        assert len(search.calls) == 1 and traj.answer == "Lind"  # no search left, or a choice's read: not searched
+
+
 def test_merged_readers_average_their_members_logits(tiny_reader: Path, tmp_path: Path) -> None:
     """Two seeds of one recipe, merged: the merged reader's logits are the mean of the members' (a merged reader
     merges again, flattened), and readers that cannot read the same windows, a damaged member or an output that is

@@ -13,7 +13,9 @@ one thing and returning the next state, with everything the trajectory carries i
   stands: its answer is :data:`~routerag.prompts.REFUSAL_ANSWER` whatever the reader. An extractive reader with
   nothing to read (the policy never searched) first gets one search of the question. With ``search_on_abstain``,
   a reader that abstains first gets the documents of one more search, the loop's (the question, in a mode not used);
-  with ``search_options``, a choice question's options the documents leave undecided are searched before it reads.
+  with ``search_options``, a choice question's options the documents leave undecided are searched before it reads;
+  with ``search_bridge_below``, a free span read below that score gets one more search, the bridge entity of the
+  first search's top document, and the reader reads again.
 
 A turn past the response's token budget is not generated: the trajectory is cut off without an answer
 (→ ``ANSWER``), which an extractive reader still reads (a forced turn that gave no answer, too). Every turn is
@@ -39,7 +41,7 @@ from ..retrieval.types import QueryError, RetrievalResult, RetrievedDoc
 from ..vocabulary import Mode, ReaderPrompt, SegmentKind
 from .answering import Reader
 from .choices import undecided_options
-from .grounding import QuerySource, ground, rewrite_search
+from .grounding import QuerySource, ground, new_entity, rewrite_search
 from .parsing import STOP_STRINGS, Action, close_stop, is_refusal, parse_turn
 from .tokens import TokenCounter
 from .types import Generation, GenerationRequest, Generator, SearchBackend, Segment, Step, Trajectory
@@ -139,6 +141,8 @@ class _Run:
     invalid: int = 0
     pending: tuple[Step, Action] | None = None
     """The turn whose search ``SEARCH`` runs."""
+    fresh_once: bool = False
+    """The pending search shows only documents not shown yet, whatever ``fresh_documents`` says (the bridge hop)."""
 
 
 def doc_key(doc: RetrievedDoc) -> str:
@@ -240,7 +244,8 @@ class PolicyLoop:
         step.action, step.query, step.mode, step.mode_tags = "search", action.content, mode, list(action.mode_tags)
         await _emit(run.on_event, {"type": "search", "mode": mode, "tags": list(action.mode_tags),
                                    "query": action.content, "step": step.index, "by_loop": step.by_loop})
-        shown = {doc_key(d) for r in run.traj.retrieved for d in r.docs} if run.cfg.fresh_documents else set()
+        fresh, run.fresh_once = run.cfg.fresh_documents or run.fresh_once, False
+        shown = {doc_key(d) for r in run.traj.retrieved for d in r.docs} if fresh else set()
         t0 = time.perf_counter()
         try:
             result = await self.search.search(action.content, mode, run.cfg.k + len(shown))
@@ -306,6 +311,8 @@ class PolicyLoop:
             read = await self._read(run)
             if read.abstained and await self._search_on_abstain(run):
                 read = await self._read(run)
+            if await self._search_bridge(run, read):
+                read = await self._read(run)
             if read.abstained:  # a refusal, as the harness counts it; the policy's answer is not used
                 traj.answer, traj.finish = REFUSAL_ANSWER, "refused"
             else:
@@ -334,10 +341,12 @@ class PolicyLoop:
         traj.answered_by = "reader"
         return read
 
-    async def _search_by_loop(self, run: _Run, query: str, mode: Mode, source: QuerySource) -> None:
-        """One search the loop makes, not the policy: traced as ``by_loop``, with where its query came from."""
-        step = Step(len(run.traj.steps), "search", query_source=source, by_loop=True)
-        run.pending = (step, Action("search", "", query, mode))
+    async def _search_by_loop(self, run: _Run, query: str, mode: Mode, source: QuerySource, *,
+                              doc: str | None = None, fresh: bool = False) -> None:
+        """One search the loop makes, not the policy: traced as ``by_loop``, with where its query came from (``doc``:
+        the document it is a span of); ``fresh``: it shows only documents not shown yet."""
+        step = Step(len(run.traj.steps), "search", query_source=source, query_doc=doc, by_loop=True)
+        run.pending, run.fresh_once = (step, Action("search", "", query, mode)), fresh
         await self._search(run)
 
     async def _search_unsearched(self, run: _Run) -> None:
@@ -360,6 +369,30 @@ class PolicyLoop:
         before = len(run.traj.retrieved)
         await self._search_by_loop(run, run.traj.question, mode, "question")
         return len(run.traj.retrieved) > before and bool(run.traj.retrieved[-1].docs)
+
+    async def _search_bridge(self, run: _Run, read: ReaderAnswer) -> bool:
+        """``search_bridge_below``: when the extractive reader's free span scores below it (or it abstained), search
+        the bridge, the first entity the first search's top document names that the question does not
+        (:func:`~routerag.policy.grounding.new_entity`), in that search's mode, for documents not shown yet, if the
+        budget allows; True when that brought documents to read. Why: a multi-hop question's answer is often on the
+        page of an entity its first documents name, and the reader is unsure exactly there; a sure read is not
+        searched again, so single-hop questions keep their one search."""
+        below, retrieved = run.cfg.search_bridge_below, run.traj.retrieved
+        sure = not read.abstained and read.score >= below
+        if not below or run.cfg.reader.extractive is None or read.kind != "span" or sure:
+            return False
+        first = next((s for s in run.traj.steps if s.action == "search"), None)
+        if first is None or first.mode is None or not retrieved or not retrieved[0].docs \
+                or run.traj.searches >= run.cfg.budget:
+            return False
+        top = retrieved[0].docs[0]
+        bridge = new_entity(run.traj.question, top)
+        if bridge is None:
+            return False
+        before = len(retrieved)
+        await self._search_by_loop(run, bridge, first.mode, "title" if bridge == top.title else "entity", doc=top.id,
+                                   fresh=True)
+        return len(retrieved) > before and bool(retrieved[-1].docs)
 
     async def _search_options(self, run: _Run) -> None:
         """``search_options``: search each option of a choice question the documents leave undecided (undated, or
