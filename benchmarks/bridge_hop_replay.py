@@ -4,7 +4,7 @@
         [--budget 2] [--out rows.jsonl]
 
 The loop's bridge hop (`routerag/policy/loop.py`, `_search_bridge`) comes after the trajectory's own searches: the
-reader reads what they found and, when its free span scores below the threshold (or it abstains), the loop searches
+reader reads what they found and, when it answers with a free span scoring below the threshold, the loop searches
 the first search's top document's new entity (`new_entity`), in that search's mode, for documents not shown yet, and
 the reader reads everything. Neither step depends on the policy once its searches are recorded, so a `routerag eval`
 record (its ``doc_ids`` in retrieval order, its ``modes``, its ``searches``) is enough: this reads each record's
@@ -60,8 +60,8 @@ def replay(record: dict[str, Any], retriever: Any, reader: Any, passages: dict[s
 
 def hops(row: dict[str, Any], tau: float, budget: int) -> bool:
     """Whether the loop would hop from this read at ``tau`` (the loop's `_search_bridge` conditions)."""
-    unsure = row["abstained"] or row["score"] < tau
-    return tau > 0 and unsure and row["kind"] == "span" and row["searches"] < budget and "em_hop" in row
+    unsure = not row["abstained"] and row["score"] < tau
+    return unsure and row["kind"] == "span" and row["searches"] < budget and "em_hop" in row
 
 
 def table(files: dict[str, list[dict[str, Any]]], taus: Sequence[float], budget: int) -> list[str]:

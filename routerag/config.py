@@ -340,12 +340,13 @@ class LoopSettings(StrictModel):
     left; its trace steps say ``by_loop``. Why: the reader decides by the options' years or mentions, and one search often
     brings one option's page (docs/research/2026-11-28-choice-questions.md). Off: it reads what the policy found."""
     search_bridge_below: float | None = Field(None, ge=0, le=1)
-    """When the extractive reader's answer is a free span scoring below this (or it abstains) and the budget has a
-    search left, the loop searches the bridge: the first entity the trajectory's first search's top document names
-    that the question does not (its title, else a named entity), in that search's mode, for documents not shown yet;
-    the reader then reads everything. Its trace step says ``by_loop``. Why: on multi-hop questions the answer is often
-    on the page of an entity the first documents name, and that is where the reader is unsure; a sure answer is not
-    searched again, so a single-hop question keeps its one search. 0 (the default): off."""
+    """When the extractive reader answers with a free span scoring below this and the budget has a search left, the
+    loop searches the bridge: the first entity the trajectory's first search's top document names that the question
+    does not (its title, else a named entity), in that search's mode, for documents not shown yet; the reader then
+    reads everything. Its trace step says ``by_loop``. Why: on multi-hop questions the answer is often on the page of
+    an entity the first documents name, and that is where the reader is unsure; a sure answer is not searched again,
+    so a single-hop question keeps its one search. An abstention is not hopped from (``search_on_abstain`` is for
+    those): on the training draws that turned right refusals into answers. 0 (the default): off."""
 
     def resolve(self, *fallbacks: LoopSettings | None) -> Loop:
         """Every field decided: this object's value where set, else the first fallback's that is set (a trainer's

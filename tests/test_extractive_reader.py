@@ -556,17 +556,18 @@ class _PagesSearch:
 
 
 class _SureOnlyWith(_Verdicts):
-    """An unsure free span (0.01) until the documents hold a given page, then a sure one; or a set kind of read."""
+    """An unsure free span (0.01; or an abstention) until the documents hold a given page, then a sure one; or a set
+    kind of read."""
 
-    def __init__(self, title: str, kind: str = "span") -> None:
+    def __init__(self, title: str, kind: str = "span", unsure: str | None = "Lind") -> None:
         super().__init__(ReaderAnswer(None, 0.0))
-        self.title, self.kind, self.reads = title, kind, 0
+        self.title, self.kind, self.unsure, self.reads = title, kind, unsure, 0
 
     async def read(self, question: str, docs: list[RetrievedDoc]) -> ReaderAnswer:
         self.reads += 1
         if any(d.title == self.title for d in docs):
             return ReaderAnswer("Tarsk", 0.9, kind=self.kind)
-        return ReaderAnswer("Lind", 0.01, kind=self.kind)
+        return ReaderAnswer(self.unsure, 0.01, kind=self.kind)
 
 
 def test_search_bridge_below_searches_the_first_pages_new_entity_when_the_reader_is_unsure() -> None:
@@ -589,6 +590,10 @@ def test_search_bridge_below_searches_the_first_pages_new_entity_when_the_reader
         search.calls.clear()
         traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, off).run(question))
         assert len(search.calls) == 1 and traj.answer == "Lind"  # no search left, or a choice's read: not searched
+    search.calls.clear()  # an abstention is not hopped from (search_on_abstain is for those)
+    abstains = replace(cfg, extractive_reader=_SureOnlyWith("Anna Lind", unsure=None))
+    traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, abstains).run(question))
+    assert len(search.calls) == 1 and traj.finish == "refused"
 
 
 def test_merged_readers_average_their_members_logits(tiny_reader: Path, tmp_path: Path) -> None:

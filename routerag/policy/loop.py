@@ -14,8 +14,8 @@ one thing and returning the next state, with everything the trajectory carries i
   nothing to read (the policy never searched) first gets one search of the question. With ``search_on_abstain``,
   a reader that abstains first gets the documents of one more search, the loop's (the question, in a mode not used);
   with ``search_options``, a choice question's options the documents leave undecided are searched before it reads;
-  with ``search_bridge_below``, a free span read below that score gets one more search, the bridge entity of the
-  first search's top document, and the reader reads again.
+  with ``search_bridge_below``, an answer read from a free span below that score gets one more search, the bridge
+  entity of the first search's top document, and the reader reads again.
 
 A turn past the response's token budget is not generated: the trajectory is cut off without an answer
 (→ ``ANSWER``), which an extractive reader still reads (a forced turn that gave no answer, too). Every turn is
@@ -371,15 +371,17 @@ class PolicyLoop:
         return len(run.traj.retrieved) > before and bool(run.traj.retrieved[-1].docs)
 
     async def _search_bridge(self, run: _Run, read: ReaderAnswer) -> bool:
-        """``search_bridge_below``: when the extractive reader's free span scores below it (or it abstained), search
-        the bridge, the first entity the first search's top document names that the question does not
+        """``search_bridge_below``: when the extractive reader answers with a free span scoring below it, search the
+        bridge, the first entity the first search's top document names that the question does not
         (:func:`~routerag.policy.grounding.new_entity`), in that search's mode, for documents not shown yet, if the
         budget allows; True when that brought documents to read. Why: a multi-hop question's answer is often on the
-        page of an entity its first documents name, and the reader is unsure exactly there; a sure read is not
-        searched again, so single-hop questions keep their one search."""
+        page of an entity its first documents name, and the reader is unsure exactly there; a sure answer is not
+        searched again, so single-hop questions keep their one search. Not after an abstention: hopping from those
+        turned right refusals of unanswerable questions into answers on the training draws
+        (docs/research/2026-11-29-a-bridge-hop-when-the-reader-is-unsure.md; ``search_on_abstain`` is for those)."""
         below, retrieved = run.cfg.search_bridge_below, run.traj.retrieved
-        sure = not read.abstained and read.score >= below
-        if not below or run.cfg.reader.extractive is None or read.kind != "span" or sure:
+        unsure = not read.abstained and read.score < below
+        if not unsure or run.cfg.reader.extractive is None or read.kind != "span":
             return False
         first = next((s for s in run.traj.steps if s.action == "search"), None)
         if first is None or first.mode is None or not retrieved or not retrieved[0].docs \
