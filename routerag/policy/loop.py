@@ -141,8 +141,6 @@ class _Run:
     invalid: int = 0
     pending: tuple[Step, Action] | None = None
     """The turn whose search ``SEARCH`` runs."""
-    fresh_once: bool = False
-    """The pending search shows only documents not shown yet, whatever ``fresh_documents`` says (the bridge hop)."""
 
 
 def doc_key(doc: RetrievedDoc) -> str:
@@ -236,15 +234,16 @@ class PolicyLoop:
         run.pending = (step, action)
         return State.SEARCH
 
-    async def _search(self, run: _Run) -> State:
-        """The search the last turn asked for, in the mode it chose (or the forced one), appended as information."""
+    async def _search(self, run: _Run, *, fresh: bool = False) -> State:
+        """The search the last turn asked for, in the mode it chose (or the forced one), appended as information;
+        ``fresh`` (the loop's bridge hop): only documents not shown yet, whatever ``fresh_documents`` says."""
         assert run.pending is not None
         (step, action), run.pending = run.pending, None
         mode = run.cfg.force_mode or action.mode or "passage"
         step.action, step.query, step.mode, step.mode_tags = "search", action.content, mode, list(action.mode_tags)
         await _emit(run.on_event, {"type": "search", "mode": mode, "tags": list(action.mode_tags),
                                    "query": action.content, "step": step.index, "by_loop": step.by_loop})
-        fresh, run.fresh_once = run.cfg.fresh_documents or run.fresh_once, False
+        fresh = fresh or run.cfg.fresh_documents
         shown = {doc_key(d) for r in run.traj.retrieved for d in r.docs} if fresh else set()
         t0 = time.perf_counter()
         try:
@@ -346,8 +345,8 @@ class PolicyLoop:
         """One search the loop makes, not the policy: traced as ``by_loop``, with where its query came from (``doc``:
         the document it is a span of); ``fresh``: it shows only documents not shown yet."""
         step = Step(len(run.traj.steps), "search", query_source=source, query_doc=doc, by_loop=True)
-        run.pending, run.fresh_once = (step, Action("search", "", query, mode)), fresh
-        await self._search(run)
+        run.pending = (step, Action("search", "", query, mode))
+        await self._search(run, fresh=fresh)
 
     async def _search_unsearched(self, run: _Run) -> None:
         """The extractive reader only reads documents: when the policy answered without any search (a refusal the
