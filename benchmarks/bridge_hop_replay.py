@@ -26,18 +26,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from routerag.datasets import DatasetError  # noqa: E402
-from routerag.evaluation.records import read_records, record_documents  # noqa: E402
-from routerag.metrics import exact_match  # noqa: E402
+from routerag.evaluation.records import read_records, record_documents, reread_em  # noqa: E402
 
 REQUIRED = ("id", "question", "answers", "em", "doc_ids", "modes", "searches")
 TAUS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
-
-
-def outcome(record: dict[str, Any], read: Any) -> float:
-    """EM as the harness scores it: a refusal is right only on an unanswerable question."""
-    if not record.get("answerable", True):
-        return float(read.abstained)
-    return 0.0 if read.abstained else exact_match(read.answer, record["answers"])
 
 
 def replay(record: dict[str, Any], retriever: Any, reader: Any, passages: dict[str, Any], k: int) -> dict[str, Any]:
@@ -47,14 +39,15 @@ def replay(record: dict[str, Any], retriever: Any, reader: Any, passages: dict[s
 
     docs = record_documents(record, passages, strict=True)
     read = reader.read_sync(record["question"], docs)
-    row = {"id": record["id"], "em": record["em"], "em_read": outcome(record, read), "score": read.score,
+    row = {"id": record["id"], "em": record["em"], "em_read": reread_em(record, read.answer), "score": read.score,
            "abstained": read.abstained, "kind": read.kind, "searches": record["searches"]}
     bridge = new_entity(record["question"], docs[0]) if docs and record["modes"] else None
     if bridge is not None:
         shown = {doc_key(d) for d in docs}
         found = retriever.search([bridge], mode=record["modes"][0], k=k + len(shown))[0].docs
         row["bridge"] = bridge
-        row["em_hop"] = outcome(record, reader.read_sync(record["question"], docs + unseen_documents(found, shown, k)))
+        hopped = reader.read_sync(record["question"], docs + unseen_documents(found, shown, k))
+        row["em_hop"] = reread_em(record, hopped.answer)
     return row
 
 

@@ -28,8 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from routerag.datasets import DatasetError  # noqa: E402
-from routerag.evaluation.records import read_records, record_documents, refusal_scores  # noqa: E402
-from routerag.metrics import exact_match  # noqa: E402
+from routerag.evaluation.records import read_records, record_documents, refusal_scores, reread_em  # noqa: E402
 
 REQUIRED = ("id", "question", "answers", "prediction", "refused", "em", "doc_ids")
 """What a record must hold to be read again (every `routerag eval` record since documents were recorded)."""
@@ -55,12 +54,7 @@ def reread(record: dict[str, Any], reader: Any, passages: dict[str, Any]) -> dic
     except DatasetError as e:
         raise SystemExit(str(e)) from None
     read = reader.read_sync(record["question"], docs)
-    refused = read.abstained
-    if record.get("answerable", True):
-        em = 0.0 if refused else exact_match(read.answer, record["answers"])
-    else:
-        em = float(refused)
-    return {"prediction": read.answer, "refused": refused, "em": em}
+    return {"prediction": read.answer, "refused": read.abstained, "em": reread_em(record, read.answer)}
 
 
 def scores(records: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -231,6 +231,14 @@ def read_records(path: str | Path, required: Sequence[str] = ("id",)) -> list[di
     return out
 
 
+def reread_em(record: dict[str, Any], answer: str | None) -> float:
+    """EM of a new answer to a record's question (None: a refusal), as :func:`score` counts it: a refusal scores 0 on
+    an answerable question and 1 on an unanswerable one; for tools that read a finished run's documents again."""
+    if not record.get("answerable", True):
+        return float(answer is None)
+    return 0.0 if answer is None else exact_match(answer, record["answers"])
+
+
 def record_documents(record: dict[str, Any], passages: Mapping[str, Any], *,
                      strict: bool = False) -> list[RetrievedDoc]:
     """The documents a record's trajectory read (its ``doc_ids``, in the order read), rebuilt from ``passages`` (id →
