@@ -73,6 +73,8 @@ class Loop(Mapping[str, Any]):
     search_on_abstain: bool = False
     search_options: bool = False
     search_bridge_below: float = 0.0
+    graph_for_nested: bool = False
+    bridge_for_nested: bool = False
 
     def __getitem__(self, name: str) -> Any:
         if name not in LOOP_FIELDS:
@@ -347,6 +349,23 @@ class LoopSettings(StrictModel):
     an entity the first documents name, and that is where the reader is unsure; a sure answer is not searched again,
     so a single-hop question keeps its one search. An abstention is not hopped from (``search_on_abstain`` is for
     those): on the training draws that turned right refusals into answers. 0 (the default): off."""
+    graph_for_nested: bool | None = None
+    """A question that names what it asks about only through a description ("the actress who played ...", "the band
+    founded by ...": :mod:`routerag.policy.nesting`) gets its first search in graph mode whatever mode the policy
+    wrote; the turn is rewritten to say so, and the trace step keeps the policy's mode in ``mode_generated``. Why:
+    such a question is a bridge, and Personalized PageRank reaches the unnamed entity from the named one, where a
+    dense search finds pages like the question. Later searches keep the policy's mode. Measured with
+    ``bridge_for_nested`` (docs/research/2026-11-29-nested-questions-as-bridges.md): 12 questions won to 1 on the
+    training draws, 2 to 2 held out, so the embedded router's card leaves both off. Off (the default): the policy's
+    mode."""
+    bridge_for_nested: bool | None = None
+    """The bridge hop of ``search_bridge_below`` for every question that describes what it asks about without naming
+    it (:mod:`routerag.policy.nesting`), whatever the reader's score, an abstention included: after the reader reads
+    a free span, the loop searches the first entity the first search's top document names that the question does
+    not, for documents not shown yet, and the reader reads everything (within the budget; the trace step says
+    ``by_loop``). Why: such a question is a bridge by its form, and its answer is on the unnamed entity's page; the
+    reader's score does not say whether that page was found (docs/research/2026-11-29-nested-questions-as-bridges.md).
+    Off (the default): only ``search_bridge_below`` hops."""
 
     def resolve(self, *fallbacks: LoopSettings | None) -> Loop:
         """Every field decided: this object's value where set, else the first fallback's that is set (a trainer's

@@ -596,6 +596,30 @@ def test_search_bridge_below_searches_the_first_pages_new_entity_when_the_reader
     assert len(search.calls) == 1 and traj.finish == "refused"
 
 
+def test_bridge_for_nested_hops_from_a_nested_question_whatever_the_reader_says() -> None:
+    """A question that describes its subject ("the composer who scored X") hops from a sure answer and from an
+    abstention alike; a question that names it ("the composer of X") does not, with the same reads."""
+    nested = "Where was the composer who scored The Glass Weir born?"
+    pages = {"The Glass Weir": [("The Glass Weir", "The Glass Weir is a 1971 film scored by Anna Lind."),
+                                ("Weir", "A weir is a low dam.")],
+             "Anna Lind": [("Anna Lind", "Anna Lind is a composer. She was born in Tarsk.")]}
+    script = ["<search>[graph] The Glass Weir</search>", "<answer>somewhere</answer>"]
+    cfg = LoopConfig(budget=2, k=2, bridge_for_nested=True)
+    for reader in (_SureOnlyWith("Anna Lind", unsure=None), _Verdicts(ReaderAnswer("Lind", 0.9))):
+        search = _PagesSearch(pages)
+        traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, replace(cfg, extractive_reader=reader))
+                           .run(nested))
+        assert search.calls[-1] == ("Anna Lind", "graph", 2 + 2) and traj.steps[-1].by_loop
+    assert traj.answer == "Lind"  # a sure read hops too, and the reader reads everything again
+    named = "Where was the composer of The Glass Weir born?"
+    for off, question in ((cfg, named), (replace(cfg, bridge_for_nested=False), nested)):
+        search = _PagesSearch(pages)
+        reader = _SureOnlyWith("Anna Lind", unsure=None)
+        traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, replace(off, extractive_reader=reader))
+                           .run(question))
+        assert len(search.calls) == 1 and traj.finish == "refused"
+
+
 def test_merged_readers_average_their_members_logits(tiny_reader: Path, tmp_path: Path) -> None:
     """Two seeds of one recipe, merged: the merged reader's logits are the mean of the members' (a merged reader
     merges again, flattened), and readers that cannot read the same windows, a damaged member or an output that is

@@ -186,14 +186,16 @@ _SEARCH_BODY = re.compile(r"(<search>)(.*?)(</search>)", re.DOTALL | re.IGNORECA
 _MODE_TAGS = re.compile(r"^\s*((?:\[(?:passage|graph)\]\s*)*)", re.IGNORECASE)
 
 
-def rewrite_search(turn: str, query: str) -> str:
-    """The turn with its first search's query replaced (the mode tags kept), so the context shows what was
-    searched."""
+def rewrite_search(turn: str, query: str, mode_tags: Sequence[str] | None = None) -> str:
+    """The turn with its first search's query replaced, and its mode tags too when ``mode_tags`` is given (else
+    kept), so the context shows what was searched."""
     m = _SEARCH_BODY.search(turn)
     if m is None:
         return turn
     tags = _MODE_TAGS.match(m.group(2))
     prefix = tags.group(1) if tags else ""
+    if mode_tags is not None:
+        prefix = "".join(f"[{t}]" for t in mode_tags)
     if prefix and not prefix[-1].isspace():
         prefix += " "
     return f"{turn[: m.start()]}<search>{prefix}{query}</search>{turn[m.end():]}"

@@ -7,7 +7,8 @@ one thing and returning the next state, with everything the trajectory carries i
   (→ ``SEARCH``); a turn with neither gets a notice and another try (→ ``GENERATE``) until there were too many, when
   an answer is forced (→ ``FORCE_ANSWER``), as it is for a search past the budget.
 * ``SEARCH``: retrieve k documents (with ``fresh_documents``, k not shown before) in the mode the policy chose
-  and append them as ``<information>`` (→ ``GENERATE``); a query the retriever refuses is an invalid turn.
+  (with ``graph_for_nested``, a described-not-named question's first search in graph mode) and append them as
+  ``<information>`` (→ ``GENERATE``); a query the retriever refuses is an invalid turn.
 * ``FORCE_ANSWER``: a notice opens the ``<answer>`` the policy then completes (→ ``ANSWER``).
 * ``ANSWER``: the reader, when one is configured, writes the final answer from the documents; done. A refusal
   stands: its answer is :data:`~routerag.prompts.REFUSAL_ANSWER` whatever the reader. An extractive reader with
@@ -15,7 +16,8 @@ one thing and returning the next state, with everything the trajectory carries i
   a reader that abstains first gets the documents of one more search, the loop's (the question, in a mode not used);
   with ``search_options``, a choice question's options the documents leave undecided are searched before it reads;
   with ``search_bridge_below``, an answer read from a free span below that score gets one more search, the bridge
-  entity of the first search's top document, and the reader reads again.
+  entity of the first search's top document, and the reader reads again (with ``bridge_for_nested``, any free span
+  read of a question that describes what it asks about without naming it).
 
 A turn past the response's token budget is not generated: the trajectory is cut off without an answer
 (→ ``ANSWER``), which an extractive reader still reads (a forced turn that gave no answer, too). Every turn is
@@ -42,6 +44,7 @@ from ..vocabulary import Mode, ReaderPrompt, SegmentKind
 from .answering import Reader
 from .choices import undecided_options
 from .grounding import QuerySource, ground, new_entity, rewrite_search
+from .nesting import is_nested
 from .parsing import STOP_STRINGS, Action, close_stop, is_refusal, parse_turn
 from .tokens import TokenCounter
 from .types import Generation, GenerationRequest, Generator, SearchBackend, Segment, Step, Trajectory
@@ -231,6 +234,8 @@ class PolicyLoop:
             return State.FORCE_ANSWER
         if run.cfg.query == "grounded":
             action = self._ground(run, step, text, action)
+        if run.cfg.graph_for_nested:
+            action = self._route_nested(run, step, action)
         run.pending = (step, action)
         return State.SEARCH
 
@@ -377,10 +382,13 @@ class PolicyLoop:
         page of an entity its first documents name, and the reader is unsure exactly there; a sure answer is not
         searched again, so single-hop questions keep their one search. Not after an abstention: hopping from those
         turned right refusals of unanswerable questions into answers on the training draws
-        (docs/research/2026-11-29-a-bridge-hop-when-the-reader-is-unsure.md; ``search_on_abstain`` is for those)."""
+        (docs/research/2026-11-29-a-bridge-hop-when-the-reader-is-unsure.md; ``search_on_abstain`` is for those).
+        ``bridge_for_nested``: a question that describes what it asks about without naming it hops after any free
+        span read, abstentions included: it is a bridge by its form, whatever the reader's score."""
         below, retrieved = run.cfg.search_bridge_below, run.traj.retrieved
         unsure = not read.abstained and read.score < below
-        if not unsure or run.cfg.reader.extractive is None or read.kind != "span":
+        nested = run.cfg.bridge_for_nested and is_nested(run.traj.question)
+        if not (unsure or nested) or run.cfg.reader.extractive is None or read.kind != "span":
             return False
         first = next((s for s in run.traj.steps if s.action == "search"), None)
         if first is None or first.mode is None or not retrieved or not retrieved[0].docs \
@@ -470,6 +478,16 @@ class PolicyLoop:
             return action
         self._replace_last_generation(run, text, rewrite_search(text, g.query))
         return replace(action, content=g.query)
+
+    def _route_nested(self, run: _Run, step: Step, action: Action) -> Action:
+        """``graph_for_nested``: the first search of a question that describes what it asks about without naming
+        it goes to the graph, and the turn is rewritten to say so (see the setting's docstring for why)."""
+        if run.traj.searches or run.cfg.force_mode or action.mode == "graph" or not is_nested(run.traj.question):
+            return action
+        old = run.traj.segments[-1].text
+        self._replace_last_generation(run, old, rewrite_search(old, action.content, ("graph",)))
+        step.mode_generated = action.mode or "passage"
+        return replace(action, mode="graph", mode_tags=("graph",))
 
     def _replace_last_generation(self, run: _Run, old: str, new: str) -> None:
         seg = run.traj.segments[-1]

@@ -102,6 +102,8 @@ class Step:
     """The id of the document a grounded query is a span of (None: the question)."""
     query_generated: str | None = None
     """What the policy wrote, when grounding replaced it."""
+    mode_generated: Mode | None = None
+    """The mode the policy wrote, when the loop searched the graph instead (``graph_for_nested``)."""
     by_loop: bool = False
     """The loop ran this search, not the policy: the reader had abstained (``search_on_abstain``), or the search is
     for an option of a choice question (``search_options``)."""
