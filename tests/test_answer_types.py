@@ -2,7 +2,8 @@
 
 import pytest
 
-from routerag.policy.answer_types import NUMBER_TYPES, answer_type, names_common_noun, number_phrase, states_number
+from routerag.policy.answer_types import (NUMBER_TYPES, answer_type, asks_dimension, names_common_noun, number_phrase,
+                                         numbers_with_units, states_number)
 
 
 @pytest.mark.parametrize("question", [
@@ -101,3 +102,25 @@ def test_who_and_where_questions_ask_for_a_name() -> None:
     ("apple", "An apple is a fruit.", False), ("1994", "The year 1994 ...", False)])
 def test_a_page_about_a_common_noun_writes_its_title_in_lowercase_only(title: str, text: str, common: bool) -> None:
     assert names_common_noun(title, text) is common
+
+
+@pytest.mark.parametrize(("question", "dimension"), [
+    ("How tall is Mount Feld?", True),
+    ("How long is the Saltvik Bridge?", True),
+    ("How far from Sydney is the town?", True),
+    ("What was the length of the main span of the Venn Bridge?", True),
+    ("What is the elevation of Mount Tessik?", True),
+    ("How long did Edwin Meese remain in office?", False),  # a duration, often a range of years
+    ("How old is the Halvard Opera House?", False),
+    ("What is the age of the Tessaly Conservatory?", False),
+    ("How many people does the opera house seat?", False),
+    ("What is the population of Sarnow?", False),
+])
+def test_a_dimension_is_asked_by_how_tall_far_long_is_or_its_noun(question: str, dimension: bool) -> None:
+    assert asks_dimension(question) is dimension
+
+
+def test_a_dimension_is_a_number_written_with_its_unit() -> None:
+    text = "The Saltvik Bridge was completed in 1879. It is 118 metres long, eight feet wide and 2,114 m high."
+    found = [text[s:e] for s, e in numbers_with_units(text)]
+    assert found == ["118", "eight", "2,114"]  # "1879." has no unit word: a year, not a length

@@ -698,6 +698,9 @@ def test_the_shipped_reader_answers_a_quantity_with_a_number_or_not_at_all() -> 
     brask = RetrievedDoc("b", "Teodor Brask", "Teodor Brask is a violinist. He trained at the Tessaly Conservatory "
                          "and plays with the Orelandic National Opera.", 1.0)
     assert reader.read_sync("How many concerts has Teodor Brask played?", [brask]).abstained
+    bridge = RetrievedDoc("s", "Saltvik Bridge", "The Saltvik Bridge is a stone arch bridge over the river Saltva, "
+                          "completed in 1879. It is 118 metres long.", 1.0)
+    assert reader.read_sync("How long is the Saltvik Bridge?", [bridge]).answer == "118 metres"  # was "1879"
 
 
 def test_the_shipped_reader_does_not_name_a_place_or_person_with_a_page_about_a_common_noun() -> None:

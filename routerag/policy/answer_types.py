@@ -9,7 +9,9 @@ question, so the reader abstains. A measure is answered with its number as the d
 unless it is a count ("2,114 metres", but "1,800" for "how many people"): a reader trained on names cuts numbers
 badly ("800 people", "Oreland at 2,114 metres. Its summit ..."). And graph search brings an occupation's page
 along with a person's ("Violinist"): its title is no answer to "Where was Teodor Brask born?", though the reader
-gave it (0.84). Measured: docs/research/2026-11-28-quantity-questions.md.
+gave it (0.84). A dimension ("how tall", "how long is", "the height of") needs a number written with its unit:
+"1879" (the year the bridge was completed) does not answer "How long is the Saltvik Bridge?". Measured:
+docs/research/2026-11-28-quantity-questions.md.
 """
 
 from __future__ import annotations
@@ -83,6 +85,36 @@ def _asked_quantity(after_what: str) -> str | None:
 NUMBER_TYPES: frozenset[AnswerType] = frozenset({"count", "measure", "date"})
 """The answer types whose span must hold a number."""
 
+_DIMENSION_AFTER_HOW = frozenset("tall high wide deep far heavy".split())
+_DIMENSION_NOUNS = _MEASURE_NOUNS - {"age", "size"}
+_HOW_LONG_IS = re.compile(r"\bhow\s+long\s+(?:is|are|was|were)\b", re.IGNORECASE)
+
+
+def asks_dimension(question: str) -> bool:
+    """Whether a measure question asks for a dimension ("how tall / high / wide / deep / far / heavy", "how long is
+    X", "what is the height / length / area ... of"), whose answer is a number with its unit: a bare number ("1879")
+    is a year, not a length. Not "how old", "how big", an age or a size, and not "how long did ..." (a duration,
+    often written "from 1969 to 1974")."""
+    if answer_type(question) != "measure":
+        return False
+    match = _WH_WORD.search(question)
+    after = question[match.end():].split() if match else []
+    following = after[0].lower().strip("?,.") if after else ""
+    if match and match.group(1).lower() == "how":
+        return following in _DIMENSION_AFTER_HOW or bool(_HOW_LONG_IS.search(question))
+    return _asked_quantity(question[match.end():].lstrip()) in _DIMENSION_NOUNS if match else False
+
+
+def numbers_with_units(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` writes a number followed by its unit word ("2,114 metres", "eight feet"): the character range
+    of the number, for the reader's spans that must hold one (:func:`asks_dimension`)."""
+    return [(m.start(), m.start("unit") - 1) for m in _NUMBER_PHRASE.finditer(text) if _has_unit(m)]
+
+
+def _has_unit(match: re.Match[str]) -> bool:
+    word = match.group("unit")
+    return bool(word) and word.lower() not in STOP_WORDS
+
 
 _NAME_PARTICLES = frozenset("de da di del della der den des du dos das van von ter ten la le al el bin ibn ben"
                             .split())
@@ -115,10 +147,15 @@ def names_common_noun(title: str, text: str) -> bool:
     return bool(found) and all(f == f.lower() for f in found)
 
 
-def number_phrase(text: str, start: int, end: int, *, unit: bool = True) -> tuple[int, int] | None:
+def number_phrase(text: str, start: int, end: int, *, unit: bool = True,
+                  needs_unit: bool = False) -> tuple[int, int] | None:
     """Where, in ``text``, the first number phrase overlapping ``text[start:end]`` lies, with its unit word when
-    ``unit``: a measure's answer cut as the documents write it; None when the span holds no number."""
+    ``unit``: a measure's answer cut as the documents write it; None when the span holds no number. With
+    ``needs_unit`` (a dimension, :func:`asks_dimension`), the first one written with a unit: a span "1879. It is 118
+    metres" answers "118 metres"."""
     for match in _NUMBER_PHRASE.finditer(text):
+        if needs_unit and not _has_unit(match):
+            continue
         if match.start() < end and match.end() > start:
             word = match.group("unit")
             if word and (not unit or word.lower() in STOP_WORDS):

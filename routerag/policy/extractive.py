@@ -44,8 +44,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..retrieval.types import RetrievedDoc
-from .answer_types import (NUMBER_TYPES, AnswerType, answer_type, names_common_noun, number_phrase, person_name,
-                           states_number)
+from .answer_types import (NUMBER_TYPES, AnswerType, answer_type, asks_dimension, names_common_noun, number_phrase,
+                           numbers_with_units, person_name, states_number)
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
@@ -292,6 +292,16 @@ def number_tokens(tokenizer: Any, input_ids: Any, sequence_ids: list[list[int | 
             for ids, sids in zip(input_ids.tolist(), sequence_ids)]
 
 
+def unit_number_tokens(enc: Any, sequence_ids: list[list[int | None]], contexts: Sequence[str]) -> list[list[bool]]:
+    """Per window, per token: a context token inside a number its context writes with a unit
+    (:func:`.answer_types.numbers_with_units`), what a dimension question's span must hold."""
+    owners = enc["overflow_to_sample_mapping"].tolist()
+    ranges = [numbers_with_units(c) for c in contexts]
+    return [[sid == 1 and any(a < e and b > s for s, e in ranges[owners[w]])
+             for (a, b), sid in zip(enc["offset_mapping"][w].tolist(), sids)]
+            for w, sids in enumerate(sequence_ids)]
+
+
 def doc_context(doc: RetrievedDoc) -> tuple[str, int]:
     """The text the reader reads for a document (title, newline, text) and where the text starts in it."""
     title = " ".join((doc.title or "").split())
@@ -427,7 +437,7 @@ class ExtractiveReader:
         logp, s, e = spans[w]
         if logp == float("-inf"):
             return ReaderAnswer(None, 0.0)
-        answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked)
+        answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked, dimension=asks_dimension(question))
         answer = person_name(question, answer)
         score = math.exp(logp)
         if not answer or span_refused(score, self.card, lambda: answer_supported(question, answer, citation),
@@ -438,11 +448,14 @@ class ExtractiveReader:
     def _span_needs(self, question: str, asked: AnswerType | None, enc: Any, seq_ids: list[list[int | None]],
                     in_body: list[list[int]], docs: Sequence[RetrievedDoc]) -> list[list[list[bool]]]:
         """What a free span must hold (:func:`best_spans`' ``needs``): a token the question lacks (not for a
-        choice); a number when the question asks for one; for a name, a token that is not the title of a page about
-        a common noun (the page *Violinist* does not answer "Where was Teodor Brask born?")."""
+        choice); a number when the question asks for one, written with a unit when it asks for a dimension ("1879"
+        does not answer "How long is the bridge?"); for a name, a token that is not the title of a page about a
+        common noun (the page *Violinist* does not answer "Where was Teodor Brask born?")."""
         ids = enc["input_ids"]
         needs = [mask for mask in [new_tokens(ids, seq_ids, question)] if mask is not None]
-        if asked in NUMBER_TYPES:
+        if asked in NUMBER_TYPES and asks_dimension(question):
+            needs.append(unit_number_tokens(enc, seq_ids, [doc_context(d)[0] for d in docs]))
+        elif asked in NUMBER_TYPES:
             needs.append(number_tokens(self.tokenizer, ids, seq_ids))
         if asked == "name":
             owners = enc["overflow_to_sample_mapping"].tolist()
@@ -493,16 +506,17 @@ class ExtractiveReader:
 
 
 def _located(enc: Any, window: int, start: int, end: int, contexts: list[tuple[str, int]],
-             docs: Sequence[RetrievedDoc], *, asked: AnswerType | None = None) -> tuple[str, Citation]:
+             docs: Sequence[RetrievedDoc], *, asked: AnswerType | None = None,
+             dimension: bool = False) -> tuple[str, Citation]:
     """The text of tokens ``start``..``end`` of a window (spaces collapsed) and its citation: the document and the
     sentence that hold it. A count or a measure (``asked``) is cut to the number phrase in the span, a measure's
-    with its unit (:func:`.answer_types.number_phrase`)."""
+    with its unit, a ``dimension``'s the first one with a unit (:func:`.answer_types.number_phrase`)."""
     offsets = enc["offset_mapping"][window].tolist()
     doc_i = int(enc["overflow_to_sample_mapping"][window])
     text, body_at = contexts[doc_i]
     a, b = offsets[start][0], offsets[end][1]
     if asked in ("count", "measure"):
-        a, b = number_phrase(text, a, b, unit=asked == "measure") or (a, b)
+        a, b = number_phrase(text, a, b, unit=asked == "measure", needs_unit=dimension) or (a, b)
     doc = docs[doc_i]
     return " ".join(text[a:b].split()), Citation(doc.id, doc.title, sentence_at(doc.text, a - body_at))
 
