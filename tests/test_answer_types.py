@@ -2,8 +2,8 @@
 
 import pytest
 
-from routerag.policy.answer_types import (NUMBER_TYPES, answer_type, asks_dimension, names_common_noun, number_phrase,
-                                         numbers_with_units, states_number)
+from routerag.policy.answer_types import (NUMBER_TYPES, answer_type, asks_dimension, before_clause, names_common_noun,
+                                         number_phrase, numbers_with_units, states_number)
 
 
 @pytest.mark.parametrize("question", [
@@ -124,3 +124,19 @@ def test_a_dimension_is_a_number_written_with_its_unit() -> None:
     text = "The Saltvik Bridge was completed in 1879. It is 118 metres long, eight feet wide and 2,114 m high."
     found = [text[s:e] for s, e in numbers_with_units(text)]
     assert found == ["118", "eight", "2,114"]  # "1879." has no unit word: a year, not a length
+
+
+@pytest.mark.parametrize(("span", "expected"), [
+    ("Lucan Merrow, with a libretto by Sefton Ayre", "Lucan Merrow"),
+    ("France, and was imprisoned in the Bastille", "France"),
+    ("October 2011, she married cinematographer Michael Ballhaus", "October 2011"),
+    ("Mary Stanley, daughter of Edward Stanley", "Mary Stanley"),
+    ("Kim Jong-nam, who was assassinated in February 2017", "Kim Jong-nam"),
+    ("Egypt with annual military assistance", "Egypt"),
+    ("Paris, France", "Paris, France"),  # a capitalised word after the comma: part of the name
+    ("February 2, 1939", "February 2, 1939"),
+    ("Gillian Chung, Rachel Ngan, and Cecilia Cheung", "Gillian Chung, Rachel Ngan, and Cecilia Cheung"),
+    ("film and television director", "film and television director"),  # "and" joins one phrase's nouns
+])
+def test_a_span_ends_before_the_clause_it_runs_on_into(span: str, expected: str) -> None:
+    assert before_clause(span) == expected

@@ -136,6 +136,20 @@ def person_name(question: str, span: str) -> str:
     return " ".join(words[lead:]) if 0 < lead < len(words) and words[lead][:1].isalpha() else span
 
 
+_CLAUSE_BREAK = re.compile(r",\s+(?!(?:and|or)\s+[A-Z])(?=[a-z])|\s+(?:with|but|which|who|where|while)\s+(?=[a-z])")
+"""Where a span runs on into a clause: a comma, or "with", "but", "which", "who", "where" or "while", before a
+lowercase word; not ", and Name" (a list of names)."""
+
+
+def before_clause(span: str) -> str:
+    """A free span without the clause it runs on into ("Lucan Merrow, with a libretto by Sefton Ayre" → "Lucan
+    Merrow", "France, and was imprisoned in the Bastille" → "France"): the reader's span often takes the rest of the
+    sentence, which no answer key holds. Not at " and " (it joins the nouns of one phrase: "film and television
+    director"). Measured: docs/research/2026-11-28-quantity-questions.md (addendum of 2026-11-29)."""
+    match = _CLAUSE_BREAK.search(span)
+    return span[: match.start()].rstrip() if match and match.start() > 0 else span
+
+
 def names_common_noun(title: str, text: str) -> bool:
     """Whether a page is about a common noun: its own text writes its title in lowercase only ("Violinist": "A
     violinist is a musician who ..."), never as a name."""

@@ -44,8 +44,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..retrieval.types import RetrievedDoc
-from .answer_types import (NUMBER_TYPES, AnswerType, answer_type, asks_dimension, names_common_noun, number_phrase,
-                           numbers_with_units, person_name, states_number)
+from .answer_types import (NUMBER_TYPES, AnswerType, answer_type, asks_dimension, before_clause, names_common_noun,
+                           number_phrase, numbers_with_units, person_name, states_number)
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
@@ -438,7 +438,7 @@ class ExtractiveReader:
         if logp == float("-inf"):
             return ReaderAnswer(None, 0.0)
         answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked, dimension=asks_dimension(question))
-        answer = person_name(question, answer)
+        answer = person_name(question, answer if asked in ("count", "measure") else before_clause(answer))
         score = math.exp(logp)
         if not answer or span_refused(score, self.card, lambda: answer_supported(question, answer, citation),
                                       lambda: documents_state_asked(question, docs)):
