@@ -142,9 +142,9 @@ lowercase word; not ", and Name" (a list of names)."""
 
 
 def before_clause(span: str) -> str:
-    """A free span without the clause it runs on into ("Lucan Merrow, with a libretto by Sefton Ayre" → "Lucan
-    Merrow", "France, and was imprisoned in the Bastille" → "France"): the reader's span often takes the rest of the
-    sentence, which no answer key holds. Not at " and " (it joins the nouns of one phrase: "film and television
+    """A free span without the clause it runs on into ("Kim Jong-nam, who was assassinated in February 2017" → "Kim
+    Jong-nam", "France, and was imprisoned in the Bastille" → "France"): the reader's span often takes the rest of
+    the sentence, which no answer key holds. Not at " and " (it joins the nouns of one phrase: "film and television
     director"). Measured: docs/research/2026-11-28-quantity-questions.md (addendum of 2026-11-29)."""
     match = _CLAUSE_BREAK.search(span)
     return span[: match.start()].rstrip() if match and match.start() > 0 else span
