@@ -140,3 +140,12 @@ def test_a_dimension_is_a_number_written_with_its_unit() -> None:
 ])
 def test_a_span_ends_before_the_clause_it_runs_on_into(span: str, expected: str) -> None:
     assert before_clause(span) == expected
+
+
+@pytest.mark.parametrize(("question", "asked"), [
+    ('The soundtrack with the song "How Far I\'ll Go" on it was released on what date?', "date"),
+    ('"When My Blue Moon Turns to Gold Again" was recorded by which artist?', None),
+    ("The novel is based on the series “Doctor Who”; when was it published?", "date"),
+])
+def test_a_quoted_title_does_not_ask(question: str, asked: str | None) -> None:
+    assert answer_type(question) == asked

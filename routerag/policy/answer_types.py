@@ -55,10 +55,19 @@ metres"), a date ("when", "what year / decade / century / date": a span holding 
 "whom", "where")."""
 
 
+_QUOTED = re.compile(r'"[^"]*"|“[^”]*”')
+
+
+def _asking_word(question: str) -> re.Match[str] | None:
+    """The question's first asking word outside quotation marks: a quoted title asks nothing ("The song "How Far
+    I'll Go" was released on what date?" asks for a date, not a measure)."""
+    return _WH_WORD.search(_QUOTED.sub(lambda m: " " * len(m.group(0)), question))
+
+
 def answer_type(question: str) -> AnswerType | None:
     """What the question's first asking word asks for (None: any span): the first one decides, so "Who was king when
     the bridge opened?" asks for a name."""
-    match = _WH_WORD.search(question)
+    match = _asking_word(question)
     if match is None:
         return None
     word = match.group(1).lower()
@@ -97,7 +106,7 @@ def asks_dimension(question: str) -> bool:
     often written "from 1969 to 1974")."""
     if answer_type(question) != "measure":
         return False
-    match = _WH_WORD.search(question)
+    match = _asking_word(question)
     after = question[match.end():].split() if match else []
     following = after[0].lower().strip("?,.") if after else ""
     if match and match.group(1).lower() == "how":
