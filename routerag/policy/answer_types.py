@@ -58,28 +58,32 @@ metres"), a date ("when", "what year / decade / century / date": a span holding 
 _QUOTED = re.compile(r'"[^"]*"|“[^”]*”')
 
 
-def _asking_word(question: str) -> re.Match[str] | None:
-    """The question's first asking word outside quotation marks: a quoted title asks nothing ("The song "How Far
-    I'll Go" was released on what date?" asks for a date, not a measure)."""
-    return _WH_WORD.search(_QUOTED.sub(lambda m: " " * len(m.group(0)), question))
+def _asking_word(question: str) -> tuple[str, str, str] | None:
+    """The question's first asking word outside quotation marks (lowercase), the word after it and the text after it;
+    None without one. A quoted title asks nothing ("The song "How Far I'll Go" was released on what date?" asks for
+    a date, not a measure)."""
+    match = _WH_WORD.search(_QUOTED.sub(lambda m: " " * len(m.group(0)), question))
+    if match is None:
+        return None
+    rest = question[match.end():]
+    after = rest.split()
+    return match.group(1).lower(), after[0].lower().strip("?,.") if after else "", rest.lstrip()
 
 
 def answer_type(question: str) -> AnswerType | None:
     """What the question's first asking word asks for (None: any span): the first one decides, so "Who was king when
     the bridge opened?" asks for a name."""
-    match = _asking_word(question)
-    if match is None:
+    asking = _asking_word(question)
+    if asking is None:
         return None
-    word = match.group(1).lower()
-    after = question[match.end():].split()
-    following = after[0].lower().strip("?,.") if after else ""
+    word, following, rest = asking
     if word == "how" and following in ("many", "much"):
         return "count"
     if word == "how" and following in _QUANTITY_AFTER_HOW:
         return "measure"
     if word == "when" or (word in ("what", "which") and following in _DATE_AFTER_WHAT):
         return "date"
-    if word in ("what", "which") and (noun := _asked_quantity(question[match.end():].lstrip())):
+    if word in ("what", "which") and (noun := _asked_quantity(rest)):
         return "count" if noun in _COUNT_NOUNS else "measure"
     return "name" if word in ("who", "whom", "where") else None
 
@@ -104,14 +108,13 @@ def asks_dimension(question: str) -> bool:
     X", "what is the height / length / area ... of"), whose answer is a number with its unit: a bare number ("1879")
     is a year, not a length. Not "how old", "how big", an age or a size, and not "how long did ..." (a duration,
     often written "from 1969 to 1974")."""
-    if answer_type(question) != "measure":
+    asking = _asking_word(question)
+    if asking is None or answer_type(question) != "measure":
         return False
-    match = _asking_word(question)
-    after = question[match.end():].split() if match else []
-    following = after[0].lower().strip("?,.") if after else ""
-    if match and match.group(1).lower() == "how":
+    word, following, rest = asking
+    if word == "how":
         return following in _DIMENSION_AFTER_HOW or bool(_HOW_LONG_IS.search(question))
-    return _asked_quantity(question[match.end():].lstrip()) in _DIMENSION_NOUNS if match else False
+    return _asked_quantity(rest) in _DIMENSION_NOUNS
 
 
 def numbers_with_units(text: str) -> list[tuple[int, int]]:
@@ -180,8 +183,7 @@ def number_phrase(text: str, start: int, end: int, *, unit: bool = True,
         if needs_unit and not _has_unit(match):
             continue
         if match.start() < end and match.end() > start:
-            word = match.group("unit")
-            if word and (not unit or word.lower() in STOP_WORDS):
+            if match.group("unit") and (not unit or not _has_unit(match)):  # a stop word, or a unit not wanted
                 return match.start(), match.start("unit") - 1
             return match.start(), match.end()
         if match.start() >= end:

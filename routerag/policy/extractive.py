@@ -430,14 +430,14 @@ class ExtractiveReader:
             return chosen
         in_body = [[int(a >= contexts[owners[w]][1]) for a, _ in enc["offset_mapping"][w].tolist()]
                    for w in range(len(owners))]
-        asked = answer_type(question)
+        asked, dimension = answer_type(question), asks_dimension(question)
         spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body,
-                           self._span_needs(question, asked, enc, seq_ids, in_body, docs))
+                           self._span_needs(question, asked, dimension, enc, seq_ids, in_body, docs, contexts))
         w = max(range(len(spans)), key=lambda i: spans[i][0])
         logp, s, e = spans[w]
         if logp == float("-inf"):
             return ReaderAnswer(None, 0.0)
-        answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked, dimension=asks_dimension(question))
+        answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked, dimension=dimension)
         answer = person_name(question, answer if asked in ("count", "measure") else before_clause(answer))
         score = math.exp(logp)
         if not answer or span_refused(score, self.card, lambda: answer_supported(question, answer, citation),
@@ -445,16 +445,17 @@ class ExtractiveReader:
             return ReaderAnswer(None, score, None)
         return ReaderAnswer(answer, score, citation)
 
-    def _span_needs(self, question: str, asked: AnswerType | None, enc: Any, seq_ids: list[list[int | None]],
-                    in_body: list[list[int]], docs: Sequence[RetrievedDoc]) -> list[list[list[bool]]]:
+    def _span_needs(self, question: str, asked: AnswerType | None, dimension: bool, enc: Any,
+                    seq_ids: list[list[int | None]], in_body: list[list[int]], docs: Sequence[RetrievedDoc],
+                    contexts: Sequence[tuple[str, int]]) -> list[list[list[bool]]]:
         """What a free span must hold (:func:`best_spans`' ``needs``): a token the question lacks (not for a
         choice); a number when the question asks for one, written with a unit when it asks for a dimension ("1879"
         does not answer "How long is the bridge?"); for a name, a token that is not the title of a page about a
         common noun (the page *Violinist* does not answer "Where was Teodor Brask born?")."""
         ids = enc["input_ids"]
         needs = [mask for mask in [new_tokens(ids, seq_ids, question)] if mask is not None]
-        if asked in NUMBER_TYPES and asks_dimension(question):
-            needs.append(unit_number_tokens(enc, seq_ids, [doc_context(d)[0] for d in docs]))
+        if asked in NUMBER_TYPES and dimension:
+            needs.append(unit_number_tokens(enc, seq_ids, [text for text, _ in contexts]))
         elif asked in NUMBER_TYPES:
             needs.append(number_tokens(self.tokenizer, ids, seq_ids))
         if asked == "name":

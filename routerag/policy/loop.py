@@ -385,10 +385,11 @@ class PolicyLoop:
         (docs/research/2026-11-29-a-bridge-hop-when-the-reader-is-unsure.md; ``search_on_abstain`` is for those).
         ``bridge_for_nested``: a question that describes what it asks about without naming it hops after any free
         span read, abstentions included: it is a bridge by its form, whatever the reader's score."""
-        below, retrieved = run.cfg.search_bridge_below, run.traj.retrieved
-        unsure = not read.abstained and read.score < below
-        nested = run.cfg.bridge_for_nested and is_nested(run.traj.question)
-        if not (unsure or nested) or run.cfg.reader.extractive is None or read.kind != "span":
+        retrieved = run.traj.retrieved
+        if run.cfg.reader.extractive is None or read.kind != "span":
+            return False
+        unsure = not read.abstained and read.score < run.cfg.search_bridge_below
+        if not (unsure or run.cfg.bridge_for_nested and is_nested(run.traj.question)):  # the parse only when needed
             return False
         first = next((s for s in run.traj.steps if s.action == "search"), None)
         if first is None or first.mode is None or not retrieved or not retrieved[0].docs \
