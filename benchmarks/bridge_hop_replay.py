@@ -1,16 +1,17 @@
 """What `policy.search_bridge_below` would do to a finished run, for several thresholds, without the policy.
 
     python benchmarks/bridge_hop_replay.py INDEX_DIR RECORDS.jsonl [RECORDS.jsonl ...] [--tau 0.05 --tau 0.1 ...]
-        [--budget 2] [--out rows.jsonl]
+        [--budget 2] [--reader FOLDER] [--out rows.jsonl]
 
 The loop's bridge hop (`routerag/policy/loop.py`, `_search_bridge`) comes after the trajectory's own searches: the
 reader reads what they found and, when it answers with a free span scoring below the threshold, the loop searches
 the first search's top document's new entity (`new_entity`), in that search's mode, for documents not shown yet, and
 the reader reads everything. Neither step depends on the policy once its searches are recorded, so a `routerag eval`
 record (its ``doc_ids`` in retrieval order, its ``modes``, its ``searches``) is enough: this reads each record's
-documents with the shipped reader (its score decides), runs the hop once with the real retriever, reads again, and
-prints per file and pooled the EM (a right refusal counts 1) at every threshold, with the number of hops. A record
-that searched ``--budget`` times (the card's 2) or read a choice or yes/no answer is not hopped from, as in the loop.
+documents with the shipped reader or ``--reader``'s card (its score decides), runs the hop once with the real
+retriever, reads again, and prints per file and pooled the EM (a right refusal counts 1) at every threshold, with
+the number of hops. A record that searched ``--budget`` times (the card's 2) or read a choice or yes/no answer is
+not hopped from, as in the loop.
 The re-read without the hop should reproduce the recorded EM: ``replayed`` counts the records where it does.
 """
 
@@ -81,13 +82,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--tau", type=float, action="append", help=f"thresholds (default {', '.join(map(str, TAUS))})")
     ap.add_argument("--budget", type=int, default=2, help="the loop's budget (the embedded router's card: 2)")
     ap.add_argument("-k", type=int, default=3, help="documents per search (the card's k)")
+    ap.add_argument("--reader", default="shipped",
+                    help="a reader folder (reader_card.json and weights), or 'shipped' (the packaged reader)")
     ap.add_argument("--out", type=Path, help="also write every replayed record here (JSON lines)")
     args = ap.parse_args(argv)
 
     from routerag.policy.extractive import ExtractiveReader
     from routerag.retrieval import Retriever
 
-    retriever, reader = Retriever(args.index), ExtractiveReader()
+    try:  # a missing folder or a bad card is named, not a traceback
+        reader = ExtractiveReader(None if args.reader == "shipped" else args.reader)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"--reader: {exc}") from None
+    retriever = Retriever(args.index)
     passages = {p.id: p for p in retriever.data.passages}
     files: dict[str, list[dict[str, Any]]] = {}
     out = args.out.open("w", encoding="utf-8") if args.out else None

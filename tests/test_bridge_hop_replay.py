@@ -43,3 +43,24 @@ def test_a_truncated_records_file_is_named(index: Path, tmp_path: Path) -> None:
     run.write_text('{"id": "q0", "question": "Where was Joran Veld born?"}\n{"id": "q1"')
     with pytest.raises(SystemExit, match=r"learned\.jsonl:1: not an evaluation record"):
         load_script(Path("benchmarks/bridge_hop_replay.py")).main([str(index), str(run)])
+
+
+def test_another_readers_card_replays_and_a_missing_one_is_named(index: Path, retriever, tmp_path: Path,
+                                                                 capsys) -> None:
+    """``--reader`` replays with a copy's card (here the shipped weights with ``later_document_penalty``)."""
+    import shutil
+
+    records = [{**r, "modes": ["graph"], "searches": 1} for r in _records(retriever, ExtractiveReader())
+               if r["finish"] == "answer"]
+    run = tmp_path / "set" / "learned.jsonl"
+    run.parent.mkdir()
+    run.write_text("".join(json.dumps(r) + "\n" for r in records))
+    copy = tmp_path / "reader"
+    shutil.copytree(shipped_reader_path(), copy)
+    card = json.loads((copy / "reader_card.json").read_text())
+    (copy / "reader_card.json").write_text(json.dumps({**card, "later_document_penalty": 2.0}))
+    script = load_script(Path("benchmarks/bridge_hop_replay.py"))
+    script.main([str(index), str(run), "--tau", "1.0", "--reader", str(copy)])
+    assert "replayed: set/learned" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"--reader: .*nowhere.*no extractive reader here"):
+        script.main([str(index), str(run), "--reader", str(tmp_path / "nowhere")])

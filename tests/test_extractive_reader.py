@@ -713,3 +713,22 @@ def test_the_shipped_reader_does_not_name_a_place_or_person_with_a_page_about_a_
                                            "in an orchestra.", 0.9)]
     assert reader.read_sync("Where was Teodor Brask born?", docs).answer == "Lindqvist"
     assert reader.read_sync("What is Teodor Brask's occupation?", docs).answer.lower() == "violinist"
+
+
+@pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
+def test_a_later_documents_span_must_beat_the_penalty_for_its_place() -> None:
+    """``later_document_penalty`` takes log-probability off a span per place its document stands after the first,
+    so a page far down the list wins only when it is much surer; whether to abstain is the best span's call, wherever
+    it stands, so the penalty moves the answer, not the refusal."""
+    reader = ExtractiveReader(abstain_below=0.0)
+    docs = [RetrievedDoc("o", "Ossel", "Ossel is a port town in Veldland. Joran Veld painted its harbour.", 1.0),
+            RetrievedDoc("j", "Joran Veld", "Joran Veld (1901-1977) was a painter. He was born in Tarsk.", 0.5)]
+    question = "In what city was Joran Veld born?"
+    assert reader.read_sync(question, docs).answer == "Tarsk"
+    reader.card = reader.card.model_copy(update={"later_document_penalty": 50.0})
+    first = reader.read_sync(question, docs)
+    assert first.citation is not None and first.citation.id == "o"
+    assert first.score == pytest.approx(reader.read_sync(question, docs[1:]).score)  # Tarsk's score decides
+    assert reader.read_sync(question, docs[1:]).answer == "Tarsk"  # alone, the page is first: no penalty
+    with pytest.raises(ValueError):
+        reader.card.model_validate({**reader.card.model_dump(), "later_document_penalty": -1.0})

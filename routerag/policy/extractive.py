@@ -49,6 +49,7 @@ from .answer_types import (NUMBER_TYPES, AnswerType, answer_type, asks_dimension
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
+from .nesting import is_nested
 from .support import answer_supported, documents_state_asked
 
 ReadKind = Literal["span", "yes_no", "option", "dated_option"]
@@ -87,6 +88,13 @@ class ReaderCard(BaseModel):
     """Abstain, too, when the best span's probability is below this and no document read states what the question
     asks (:func:`~routerag.policy.support.documents_state_asked`; a question naming no relation counts as unstated);
     0: never. Off, too, when ``abstain_below`` is 0."""
+    later_document_penalty: float = Field(0.0, ge=0)
+    """Log-probability taken off a free span per place its document stands after the first, when the reader picks
+    the best span of all documents (retrieval order: the first search's before a second's); 0: every document
+    alike. A span is scored within its own window, so a page far down the list with one confident wrong span
+    outbids the top page's right but unsure one. Nested questions (bridges) are exempt: their answer is on a page
+    retrieval ranks lower (docs/research/2026-12-01-later-documents-weigh-less.md). Abstention reads the best
+    span's score wherever it stands, so the penalty changes which span answers, not whether one does."""
     members: int = Field(1, ge=1)
     """Trained weight sets whose logits the reader averages (``routerag merge-readers``): one run's answers move by up
     to 10 EM points on a set with its seed, and the mean of two seeds read better than either (docs/training.md)."""
@@ -433,17 +441,26 @@ class ExtractiveReader:
         asked, dimension = answer_type(question), asks_dimension(question)
         spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body,
                            self._span_needs(question, asked, dimension, enc, seq_ids, in_body, docs, contexts))
-        w = max(range(len(spans)), key=lambda i: spans[i][0])
+        w = self._best_window(question, spans, owners)
         logp, s, e = spans[w]
         if logp == float("-inf"):
             return ReaderAnswer(None, 0.0)
         answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked, dimension=dimension)
         answer = person_name(question, answer if asked in ("count", "measure") else before_clause(answer))
-        score = math.exp(logp)
+        score = math.exp(max(logp_w for logp_w, _, _ in spans))  # whether any page answers, wherever it stands
         if not answer or span_refused(score, self.card, lambda: answer_supported(question, answer, citation),
                                       lambda: documents_state_asked(question, docs)):
             return ReaderAnswer(None, score, None)
         return ReaderAnswer(answer, score, citation)
+
+    def _best_window(self, question: str, spans: list[tuple[float, int, int]], owners: list[int]) -> int:
+        """The window whose best span wins: the highest log-probability, less ``later_document_penalty`` for each
+        place its document stands after the first, unless the question is nested (:func:`.nesting.is_nested`):
+        its answer is on a page one hop from what it names, which retrieval ranks lower."""
+        penalty = self.card.later_document_penalty
+        if penalty <= 0 or is_nested(question):
+            return max(range(len(spans)), key=lambda i: spans[i][0])
+        return max(range(len(spans)), key=lambda i: spans[i][0] - penalty * owners[i])
 
     def _span_needs(self, question: str, asked: AnswerType | None, dimension: bool, enc: Any,
                     seq_ids: list[list[int | None]], in_body: list[list[int]], docs: Sequence[RetrievedDoc],
