@@ -27,7 +27,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from routerag.datasets import DatasetError  # noqa: E402
-from routerag.evaluation.records import read_records, record_documents, reread_em  # noqa: E402
+from routerag.evaluation.records import (read_records, reader_for_replay, record_documents,  # noqa: E402
+                                         reread_em)
 
 REQUIRED = ("id", "question", "answers", "em", "doc_ids", "modes", "searches")
 TAUS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
@@ -87,13 +88,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, help="also write every replayed record here (JSON lines)")
     args = ap.parse_args(argv)
 
-    from routerag.policy.extractive import ExtractiveReader
     from routerag.retrieval import Retriever
 
-    try:  # a missing folder or a bad card is named, not a traceback
-        reader = ExtractiveReader(None if args.reader == "shipped" else args.reader)
-    except (FileNotFoundError, ValueError) as exc:
-        raise SystemExit(f"--reader: {exc}") from None
+    reader = reader_for_replay(args.reader)
     retriever = Retriever(args.index)
     passages = {p.id: p for p in retriever.data.passages}
     files: dict[str, list[dict[str, Any]]] = {}

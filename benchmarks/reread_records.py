@@ -28,7 +28,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from routerag.datasets import DatasetError  # noqa: E402
-from routerag.evaluation.records import read_records, record_documents, refusal_scores, reread_em  # noqa: E402
+from routerag.evaluation.records import (read_records, reader_for_replay, record_documents,  # noqa: E402
+                                         refusal_scores, reread_em)
 
 REQUIRED = ("id", "question", "answers", "prediction", "refused", "em", "doc_ids")
 """What a record must hold to be read again (every `routerag eval` record since documents were recorded)."""
@@ -102,11 +103,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from graph_index.store import IndexData
-    from routerag.policy.extractive import ExtractiveReader
 
     with IndexData(args.index) as data:  # only the passages: no retriever (FAISS, graph, embedder) to load
         passages = {p.id: p for p in data.passages}
-    readers = {name: ExtractiveReader(None if name == "shipped" else name) for name in dict.fromkeys(args.reader)}
+    readers = {name: reader_for_replay(name) for name in dict.fromkeys(args.reader)}
     first = next(iter(readers))
     results: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
     out = args.out.open("w", encoding="utf-8") if args.out else None

@@ -70,6 +70,12 @@ def test_a_truncated_record_file_is_named_with_its_line(index: Path, tmp_path: P
         main([str(index), str(tmp_path / "run"), "--reader", "shipped"])
     with pytest.raises(SystemExit, match="no <set>/<strategy>.jsonl records"):
         main([str(index), str(tmp_path), "--reader", "shipped"])
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "reader_card.json").write_text('{"later_document_penalty": -1}')
+    with pytest.raises(SystemExit, match=r"--reader: .*nowhere.*no extractive reader here"):
+        main([str(index), str(tmp_path / "run"), "--reader", str(tmp_path / "nowhere")])
+    with pytest.raises(SystemExit, match=r"--reader: .*reader_card\.json: not a valid reader card"):
+        main([str(index), str(tmp_path / "run"), "--reader", str(tmp_path / "bad")])
 
 
 def test_a_records_documents_come_back_in_order_and_a_foreign_id_is_named(index: Path) -> None:

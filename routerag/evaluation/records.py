@@ -303,3 +303,14 @@ class ResultsLog:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+def reader_for_replay(name: str) -> Any:
+    """The extractive reader a replay tool names: ``shipped`` (the packaged one) or a folder with a reader card. A
+    missing folder or a bad card is a one-line ``SystemExit`` naming it, not a traceback, for every tool alike."""
+    from ..policy.extractive import ExtractiveReader
+
+    try:
+        return ExtractiveReader(None if name == "shipped" else name)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"--reader: {exc}") from None
