@@ -57,6 +57,33 @@ def test_questions_from_the_sample_index(sample_index: Path, tmp_path: Path) -> 
     assert {it.meta["type"] for it in items} >= {"single-hop", "bridge", "unanswerable"}
 
 
+def test_a_draw_beside_a_held_out_one_repeats_none_of_its_questions_or_facts(sample_index: Path,
+                                                                           tmp_path: Path) -> None:
+    """``--exclude``: two seeds over one corpus can draw the same question (5 of a 2Wiki draw's 347 were in another
+    seed's 100); a training draw made with ``--exclude HELD_OUT`` shares no question and no fact with it."""
+    held, train = tmp_path / "held.jsonl", tmp_path / "train.jsonl"
+    run = CliRunner().invoke
+    assert run(app, ["make-questions", str(sample_index), "--out", str(held), "--per-type", "15"]).exit_code == 0
+    r = run(app, ["make-questions", str(sample_index), "--out", str(train), "--per-type", "40", "--seed", "1",
+                  "--exclude", str(held)])
+    assert r.exit_code == 0, r.output
+
+    def facts(path: Path) -> set:
+        return {(frozenset(normalize_answer(g.title) for g in it.supporting), frozenset(map(normalize_answer,
+                it.answers))) for it in load_questions(path) if it.answers}
+
+    held_items, train_items = load_questions(held), load_questions(train)
+    assert train_items and not {it.question for it in held_items} & {it.question for it in train_items}
+    assert not facts(held) & facts(train)
+    again = run(app, ["make-questions", str(sample_index), "--out", str(tmp_path / "t2.jsonl"), "--per-type", "40",
+                      "--seed", "1"])
+    assert {it.question for it in held_items} & {it.question for it in load_questions(tmp_path / "t2.jsonl")}, \
+        again.output  # without --exclude the two draws do overlap here, so the test has teeth
+    bad = run(app, ["make-questions", str(sample_index), "--out", str(tmp_path / "t3.jsonl"),
+                    "--exclude", str(tmp_path / "missing.jsonl")])
+    assert bad.exit_code != 0 and "missing.jsonl" in bad.output and not (tmp_path / "t3.jsonl").exists()
+
+
 def test_phrasings_vary_per_relation() -> None:
     for rel, answer in (("born in", "Kestrel Harbor"), ("premier in", "1994"), ("teach at", "University of Sarnow"),
                         ("founded in", "1873"), ("is", "composer")):

@@ -369,15 +369,36 @@ def keep(q: Question, data: Corpus, seen: set[frozenset[str]]) -> bool:
     return True
 
 
-def _select(pool: Sequence[Question], data: Corpus, seen: set[frozenset[str]], n: int) -> list[Question]:
-    """The first ``n`` questions that pass :func:`keep`, at most two through one bridge entity: a draw of many
-    chains, not ten questions about one page's facts."""
+FactKey = tuple[frozenset[str], frozenset[str]]
+"""An answerable question's fact: its gold pages' titles and its answers, whatever the phrasing."""
+
+
+def fact_key(titles: Iterable[str], answers: Iterable[str]) -> FactKey:
+    return frozenset(" ".join(t.split()).lower() for t in titles), frozenset(key(a) for a in answers)
+
+
+def excluded(items: Iterable[Any]) -> tuple[set[frozenset[str]], set[FactKey]]:
+    """What a draw must not repeat of other question files (``routerag.datasets.QAItem`` rows): their questions'
+    content words, and the facts their answerable questions ask about. Two seeds over the 2Wiki corpus shared 5
+    questions word for word and 15 by fact, all bridges (docs/research/2026-12-01-later-documents-weigh-less.md),
+    so a training draw beside a held-out one excludes it."""
+    words = {_content(it.question) for it in items}
+    facts = {fact_key((g.title for g in it.supporting), it.answers) for it in items if it.answers and it.supporting}
+    return words, facts
+
+
+def _select(pool: Sequence[Question], data: Corpus, seen: set[frozenset[str]], n: int,
+            facts_out: set[FactKey] = frozenset()) -> list[Question]:
+    """The first ``n`` questions that pass :func:`keep` and ask no fact of ``facts_out``, at most two through one
+    bridge entity: a draw of many chains, not ten questions about one page's facts."""
     kept: list[Question] = []
     through: Counter[str] = Counter()
     for q in pool:
         if len(kept) == n:
             break
         bridge = key(q.meta["bridge"]) if "bridge" in q.meta else None
+        if q.answers and fact_key((data.passages[i].title for i in q.supporting), q.answers) in facts_out:
+            continue
         if (bridge is not None and through[bridge] >= 2) or not keep(q, data, seen):
             continue
         kept.append(q)
@@ -386,20 +407,21 @@ def _select(pool: Sequence[Question], data: Corpus, seen: set[frozenset[str]], n
     return kept
 
 
-def make_questions(data: Corpus, *, per_type: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+def make_questions(data: Corpus, *, per_type: int = 200, seed: int = 0,
+                   exclude: Sequence[Any] = ()) -> list[dict[str, Any]]:
     """Up to ``per_type`` questions of each type (a seeded shuffle), as question-file rows (``routerag eval`` and
-    the trainers read them)."""
+    the trainers read them), none repeating a question or fact of ``exclude`` (:func:`excluded`)."""
     rng = random.Random(seed)
     titles = title_keys(data)
     facts, roles = load_facts(data, titles)
     pools = {"single-hop": list(single_hop(facts, rng)), "bridge": list(bridges(facts, roles, titles, rng)),
              "comparison": list(comparisons(facts, rng)), "unanswerable": list(unanswerables(facts, data, rng))}
     rows: list[dict[str, Any]] = []
-    seen: set[frozenset[str]] = set()
+    seen, facts_out = excluded(exclude)
     for qtype in QUESTION_TYPES:
         pool = pools[qtype]
         rng.shuffle(pool)
-        kept = _select(pool, data, seen, per_type)
+        kept = _select(pool, data, seen, per_type, facts_out)
         for n, q in enumerate(kept):
             rows.append({"id": f"{qtype}-{n}", "question": q.question, "answers": q.answers, "type": qtype,
                          "relation": q.relation,
@@ -408,12 +430,17 @@ def make_questions(data: Corpus, *, per_type: int = 200, seed: int = 0) -> list[
     return rows
 
 
-def write_questions(index: Path, out: Path, *, per_type: int = 200, seed: int = 0) -> dict[str, int]:
+def write_questions(index: Path, out: Path, *, per_type: int = 200, seed: int = 0,
+                    exclude: Sequence[Path] = ()) -> dict[str, int]:
     """``routerag make-questions``: write the questions as JSONL (atomically) and return the count per type. The
-    output's folder is made first, so a path that cannot be written fails before minutes of work, not after."""
+    output's folder is made first and the ``exclude`` files are read first, so a path that cannot be written or a
+    bad question file fails before minutes of work, not after."""
+    from routerag.datasets import load_questions
+
+    held = [item for path in exclude for item in load_questions(path)]
     with IndexData(index) as data:
         out.parent.mkdir(parents=True, exist_ok=True)
-        rows = make_questions(data, per_type=per_type, seed=seed)
+        rows = make_questions(data, per_type=per_type, seed=seed, exclude=held)
     write_text_atomic(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     counts = {t: sum(1 for r in rows if r["type"] == t) for t in QUESTION_TYPES}
     return {**counts, "total": len(rows)}

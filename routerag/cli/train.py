@@ -219,12 +219,15 @@ def make_questions_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Question file to write (JSONL).")],
     per_type: Annotated[int, typer.Option(min=1, help="At most this many questions of each type.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of the phrasings and the selection.")] = 0,
+    exclude: Annotated[Optional[list[Path]], typer.Option(
+        "--exclude", help="A question file (any format eval reads) whose questions and facts this draw must not "
+                          "repeat, such as a held-out draw of another seed; repeatable.")] = None,
 ) -> None:
     """Derive questions with answers and gold passages from the index's own facts: single-hop, bridge, comparison
     and unanswerable ones (answers: []), for routerag eval, train-sft and train. Prints the count per type."""
     from training.questions import write_questions
 
-    print_json(write_questions(index, out, per_type=per_type, seed=seed))
+    print_json(write_questions(index, out, per_type=per_type, seed=seed, exclude=exclude or []))
 
 
 @handle_errors
