@@ -388,7 +388,7 @@ def excluded(items: Iterable[Any]) -> tuple[set[frozenset[str]], set[FactKey]]:
 
 
 def _select(pool: Sequence[Question], data: Corpus, seen: set[frozenset[str]], n: int,
-            facts_out: set[FactKey] = frozenset()) -> list[Question]:
+            facts_out: set[FactKey] | frozenset[FactKey] = frozenset()) -> list[Question]:
     """The first ``n`` questions that pass :func:`keep` and ask no fact of ``facts_out``, at most two through one
     bridge entity: a draw of many chains, not ten questions about one page's facts."""
     kept: list[Question] = []
