@@ -727,8 +727,9 @@ def test_a_later_documents_span_must_beat_the_penalty_for_its_place() -> None:
     assert reader.read_sync(question, docs).answer == "Tarsk"
     reader.card = reader.card.model_copy(update={"later_document_penalty": 50.0})
     first = reader.read_sync(question, docs)
+    alone = reader.read_sync(question, docs[1:])
     assert first.citation is not None and first.citation.id == "o"
-    assert first.score == pytest.approx(reader.read_sync(question, docs[1:]).score)  # Tarsk's score decides
-    assert reader.read_sync(question, docs[1:]).answer == "Tarsk"  # alone, the page is first: no penalty
+    assert first.score == pytest.approx(alone.score)  # Tarsk's score decides
+    assert alone.answer == "Tarsk"  # alone, the page is first: no penalty
     with pytest.raises(ValueError):
         reader.card.model_validate({**reader.card.model_dump(), "later_document_penalty": -1.0})

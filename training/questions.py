@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from graph_index.atomic import write_text_atomic
 from graph_index.store import IndexData
+from routerag.datasets import load_questions, title_key
 from routerag.metrics import normalize_answer
 
 QUESTION_TYPES = ("single-hop", "bridge", "comparison", "unanswerable")
@@ -374,7 +375,7 @@ FactKey = tuple[frozenset[str], frozenset[str]]
 
 
 def fact_key(titles: Iterable[str], answers: Iterable[str]) -> FactKey:
-    return frozenset(" ".join(t.split()).lower() for t in titles), frozenset(key(a) for a in answers)
+    return frozenset(title_key(t) for t in titles), frozenset(key(a) for a in answers)
 
 
 def excluded(items: Iterable[Any]) -> tuple[set[frozenset[str]], set[FactKey]]:
@@ -397,7 +398,7 @@ def _select(pool: Sequence[Question], data: Corpus, seen: set[frozenset[str]], n
         if len(kept) == n:
             break
         bridge = key(q.meta["bridge"]) if "bridge" in q.meta else None
-        if q.answers and fact_key((data.passages[i].title for i in q.supporting), q.answers) in facts_out:
+        if facts_out and q.answers and fact_key((data.passages[i].title for i in q.supporting), q.answers) in facts_out:
             continue
         if (bridge is not None and through[bridge] >= 2) or not keep(q, data, seen):
             continue
@@ -435,8 +436,6 @@ def write_questions(index: Path, out: Path, *, per_type: int = 200, seed: int = 
     """``routerag make-questions``: write the questions as JSONL (atomically) and return the count per type. The
     output's folder is made first and the ``exclude`` files are read first, so a path that cannot be written or a
     bad question file fails before minutes of work, not after."""
-    from routerag.datasets import load_questions
-
     held = [item for path in exclude for item in load_questions(path)]
     with IndexData(index) as data:
         out.parent.mkdir(parents=True, exist_ok=True)

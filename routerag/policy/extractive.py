@@ -458,8 +458,8 @@ class ExtractiveReader:
         place its document stands after the first, unless the question is nested (:func:`.nesting.is_nested`):
         its answer is on a page one hop from what it names, which retrieval ranks lower."""
         penalty = self.card.later_document_penalty
-        if penalty <= 0 or is_nested(question):
-            return max(range(len(spans)), key=lambda i: spans[i][0])
+        if penalty > 0 and is_nested(question):  # parsed only when a penalty is set
+            penalty = 0.0
         return max(range(len(spans)), key=lambda i: spans[i][0] - penalty * owners[i])
 
     def _span_needs(self, question: str, asked: AnswerType | None, dimension: bool, enc: Any,
