@@ -19,9 +19,9 @@ from routerag.policy.extractive import (ExtractiveReader, ReaderAnswer, clip_que
 from routerag.policy.citations import Citation
 from routerag.prompts import REFUSAL_ANSWER
 from routerag.retrieval.types import RetrievedDoc
-from training.reader_data import (SpanExample, comparison_yes_no, corpus_question_examples, hotpot_split, locate,
-                                  popqa_pair_yes_no, popqa_paraphrases, popqa_split, popqa_yes_no,
-                                  read_question_file)
+from training.reader_data import (SpanExample, build_examples, comparison_yes_no, corpus_question_examples,
+                                  hotpot_split, locate, popqa_pair_yes_no, popqa_paraphrases, popqa_split,
+                                  popqa_yes_no, read_question_file, retrieved_distractors)
 
 from .helpers.scripted import FakeSearch, ScriptedGenerator
 
@@ -179,6 +179,46 @@ def test_corpus_derived_questions_become_spans_negatives_and_yes_no(tmp_path: Pa
     path.write_text("{not json\n")
     with pytest.raises(ValueError, match="qs.jsonl:1"):
         read_question_file(path)
+
+
+def test_retrieved_distractors_are_negatives_and_never_gold_or_answer_pages() -> None:
+    rows = _derived_rows()
+    gold_veld = (rows[0]["supporting"][0]["title"], rows[0]["supporting"][0]["text"])
+    stranger = ("Mira Holt", "Mira Holt was a sculptor from Ossel.")
+    names_answer = ("Venn", "The Venn flows past Tarsk.")  # names the answer, not gold: left out
+    retrieved = {rows[0]["question"]: [gold_veld, stranger, names_answer, stranger],
+                 rows[3]["question"]: [(rows[3]["supporting"][0]["title"], rows[3]["supporting"][0]["text"]),
+                                       stranger]}
+    other = ("Lunt", "Lunt is a city famous for its river festival.")
+    retrieved[rows[0]["question"]].append(other)
+    assert [e.title for e in retrieved_distractors(rows, retrieved, "qs", per_question=2)][:2] == ["Mira Holt", "Lunt"]
+    out = retrieved_distractors(rows, retrieved, "qs")  # one per question: the highest ranked
+    assert [(e.question, e.title, e.answer, e.source) for e in out] == [
+        (rows[0]["question"], "Mira Holt", None, "qs-retrieved"),  # once, though retrieved twice
+        (rows[3]["question"], "Mira Holt", None, "qs-retrieved")]  # an unanswerable question's gold page is gold
+    assert retrieved_distractors(rows, {}, "qs") == []
+
+
+def test_question_indexes_must_pair_with_question_files(tmp_path: Path) -> None:
+    path = tmp_path / "qs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _derived_rows()))
+    with pytest.raises(ValueError, match="2 question indexes for 1 question files"):
+        build_examples(None, None, questions=[path], questions_index=[tmp_path, tmp_path])
+
+
+def test_retrieved_distractors_come_from_a_real_index(index: Path) -> None:
+    """One graph search per question over the real sample index: its top documents that are not gold become
+    negatives, so each question gains examples, none of them answering it."""
+    veld = {"title": "Joran Veld", "text": "Joran Veld was born in Tarsk. He became a glassblower and made windows "
+                                           "for chapels."}
+    rows = [{"question": "Where was Joran Veld born?", "answers": ["Tarsk"], "type": "single-hop",
+             "supporting": [veld]}]
+    from training.reader_data import retrieved_documents
+
+    found = retrieved_documents(index, [rows[0]["question"]], modes=("graph",))
+    assert len(found[rows[0]["question"]]) == 3
+    out = retrieved_distractors(rows, found, "sample")
+    assert out and all(e.answer is None and "Tarsk" not in e.context and e.title != "Joran Veld" for e in out)
 
 
 def test_a_span_made_only_of_the_questions_own_tokens_is_never_the_answer() -> None:

@@ -24,7 +24,10 @@ Examples are (question, document, answer span or none):
 * corpus-derived questions (``routerag make-questions`` files, from training corpora only): every question on each
   of its gold passages (a passage that does not hold the answer, such as a bridge's first hop, or any passage of an
   unanswerable question, is a negative), plus one other question's passage as a negative; each comparison question
-  is also asked as yes/no ("Was X founded before Y?") on both passages.
+  is also asked as yes/no ("Was X founded before Y?") on both passages;
+* with each question file's own index (``questions_index``), each of its questions' retrieved distractor: the
+  highest-ranked document of one graph search of the question (k 3) that is neither a gold passage nor holds an
+  answer, as a negative (:func:`retrieved_distractors`).
 """
 
 from __future__ import annotations
@@ -295,14 +298,14 @@ def comparison_yes_no(rows: Sequence[dict], source: str) -> list[SpanExample]:
     return out
 
 
-def retrieved_documents(index: str | Path, questions: Sequence[str],
-                        k: int = DEFAULT_K) -> dict[str, list[tuple[str, str]]]:
-    """Each question's documents from one graph and one passage search of the question itself."""
+def retrieved_documents(index: str | Path, questions: Sequence[str], k: int = DEFAULT_K,
+                        modes: Sequence[str] = ("graph", "passage")) -> dict[str, list[tuple[str, str]]]:
+    """Each question's documents from one search of the question itself in each of ``modes``."""
     from routerag.retrieval import Retriever
 
     retriever = Retriever(index)
     out: dict[str, list[tuple[str, str]]] = {q: [] for q in questions}
-    for mode in ("graph", "passage"):
+    for mode in modes:
         for start in range(0, len(questions), 64):
             batch = list(questions[start:start + 64])
             for q, res in zip(batch, retriever.search(batch, mode=mode, k=k)):
@@ -310,19 +313,54 @@ def retrieved_documents(index: str | Path, questions: Sequence[str],
     return out
 
 
+def retrieved_distractors(rows: Sequence[dict], retrieved: dict[str, list[tuple[str, str]]], source: str,
+                          per_question: int = 1) -> list[SpanExample]:
+    """Corpus-derived questions on the first ``per_question`` documents their own search ranks that are not gold
+    passages and do not hold an answer (any retrieved document of an unanswerable question), each a negative.
+
+    Why: the reader scores a span inside its own window, and at serving time its windows are the top documents of a
+    search, not gold passages; a distractor it never saw as "no answer here" can outbid the answer's page (what the
+    retrieval-order prior of docs/research/2026-12-01-later-documents-weigh-less.md corrects by hand). A retrieved
+    page that names the answer without being gold is left out: for a derived question it is as likely a coincidence
+    ("1998") as a second source. One per question (the highest ranked) by default: with every distractor they were
+    42% of the MuSiQue recipe's examples and outnumbered the answers three to one."""
+    out = []
+    for r in rows:
+        gold = {(p["title"], p["text"]) for p in r.get("supporting", [])}
+        answers = [a for a in r.get("answers", []) if a]
+        kept = 0
+        for title, text in dict.fromkeys(retrieved.get(r["question"], [])):
+            if kept == per_question:
+                break
+            if (title, text) in gold:
+                continue
+            ex = labelled(r["question"], title, text, answers, f"{source}-retrieved")
+            if ex.answer is None:
+                out.append(ex)
+                kept += 1
+    return out
+
+
 def build_examples(popqa: Path | None, hotpot: Path | None, index: Path | None = None,
-                   questions: Sequence[Path] = ()) -> list[SpanExample]:
+                   questions: Sequence[Path] = (), questions_index: Sequence[Path] = ()) -> list[SpanExample]:
     """Every training example from the training halves of the given sets and the given question files (which must
-    come from training corpora: the caller keeps held-out corpora out)."""
+    come from training corpora: the caller keeps held-out corpora out); ``questions_index``, when given, holds each
+    question file's index, in the same order, for its retrieved distractors."""
+    if questions_index and len(questions_index) != len(questions):
+        raise ValueError(f"{len(questions_index)} question indexes for {len(questions)} question files: give one "
+                         "index per --questions file, in the same order")
     examples: list[SpanExample] = []
     if popqa is not None:
         train, _ = popqa_split(popqa)
         retrieved = retrieved_documents(index, [r["question"] for r in train]) if index is not None else None
         examples += popqa_examples(train, retrieved) + popqa_negatives(train) + popqa_yes_no(train)
         examples += popqa_paraphrases(train) + popqa_pair_yes_no(train)
-    for path in questions:
+    for n, path in enumerate(questions):
         rows = read_question_file(path)
         examples += corpus_question_examples(rows, Path(path).stem) + comparison_yes_no(rows, Path(path).stem)
+        if questions_index:
+            found = retrieved_documents(questions_index[n], [r["question"] for r in rows], modes=("graph",))
+            examples += retrieved_distractors(rows, found, Path(path).stem)
     if hotpot is not None:
         train, _ = hotpot_split(hotpot)
         examples += hotpot_examples(train)

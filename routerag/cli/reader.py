@@ -32,6 +32,10 @@ def train_reader_cmd(
     questions: Annotated[Optional[list[Path]], typer.Option(
         "--questions", help="A `routerag make-questions` file from a TRAINING corpus (repeatable): its questions "
                             "on their gold passages, and its comparisons asked as yes/no.")] = None,
+    questions_index: Annotated[Optional[list[Path]], typer.Option(
+        "--questions-index", help="The index each --questions file was derived from, one per file in the same "
+                                  "order: each question's highest-ranked graph document (k 3) that is not gold "
+                                  "and does not hold its answer becomes a 'no answer here' example.")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder: checkpoints, metrics.jsonl, reader/.")]
         = Path("runs/reader"),
     epochs: Annotated[int, typer.Option(min=1)] = 1,
@@ -64,7 +68,8 @@ def train_reader_cmd(
 
     torch.set_num_threads(threads)
     for name, path in (("--popqa", popqa), ("--hotpot", hotpot), ("--index", index),
-                       *(("--questions", q) for q in questions or [])):
+                       *(("--questions", q) for q in questions or []),
+                       *(("--questions-index", q) for q in questions_index or [])):
         if path is not None and not path.exists():
             raise FileNotFoundError(f"{name} {path}: no such file or folder")
     if popqa is None and hotpot is None and not questions:
@@ -72,14 +77,15 @@ def train_reader_cmd(
     trained = tuple(int(x) for x in layers.split(",") if x.strip())
     if not trained or any(not 0 <= x <= 5 for x in trained):
         raise ValueError(f"--layers {layers!r}: give MiniLM layers between 0 and 5, e.g. 3,4,5")
-    examples = build_examples(popqa, hotpot, index, questions or [])
+    examples = build_examples(popqa, hotpot, index, questions or [], questions_index or [])
     console.print(f"{len(examples)} examples: {data_summary(examples)}")
     cfg = ReaderTrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, head_lr=head_lr, trained_layers=trained,
                             max_length=max_length, save_every=save_every, max_steps=max_steps, seed=seed)
     provenance = {"popqa": "first 300 of popqa_dev.json after random.Random(0).shuffle" if popqa else None,
                   "hotpot": "first half of each type of hotpotqa_100.json after random.Random(0).shuffle"
                   if hotpot else None, "retrieved_from": str(index) if index else None,
-                  "questions": [q.name for q in questions or []]}
+                  "questions": [q.name for q in questions or []],
+                  "questions_retrieved_from": [str(q) for q in questions_index or []] or None}
 
     def show(row: dict) -> None:
         if row["step"] % 5 == 0 or row["step"] == row["total"]:
