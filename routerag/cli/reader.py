@@ -35,7 +35,9 @@ def train_reader_cmd(
     questions_index: Annotated[Optional[list[Path]], typer.Option(
         "--questions-index", help="The index each --questions file was derived from, one per file in the same "
                                   "order: each question's highest-ranked graph document (k 3) that is not gold "
-                                  "and does not hold its answer becomes a 'no answer here' example.")] = None,
+                                  "and does not hold its answer becomes a 'no answer here' example. Measured, it "
+                                  "trades answers for refusals (docs/research/2026-12-01-retrieved-distractors-as-"
+                                  "a-third-reader.md).")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder: checkpoints, metrics.jsonl, reader/.")]
         = Path("runs/reader"),
     epochs: Annotated[int, typer.Option(min=1)] = 1,
