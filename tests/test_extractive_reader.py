@@ -186,11 +186,10 @@ def test_retrieved_distractors_are_negatives_and_never_gold_or_answer_pages() ->
     gold_veld = (rows[0]["supporting"][0]["title"], rows[0]["supporting"][0]["text"])
     stranger = ("Mira Holt", "Mira Holt was a sculptor from Ossel.")
     names_answer = ("Venn", "The Venn flows past Tarsk.")  # names the answer, not gold: left out
-    retrieved = {rows[0]["question"]: [gold_veld, stranger, names_answer, stranger],
+    other = ("Lunt", "Lunt is a city famous for its river festival.")
+    retrieved = {rows[0]["question"]: [gold_veld, stranger, names_answer, stranger, other],
                  rows[3]["question"]: [(rows[3]["supporting"][0]["title"], rows[3]["supporting"][0]["text"]),
                                        stranger]}
-    other = ("Lunt", "Lunt is a city famous for its river festival.")
-    retrieved[rows[0]["question"]].append(other)
     assert [e.title for e in retrieved_distractors(rows, retrieved, "qs", per_question=2)][:2] == ["Mira Holt", "Lunt"]
     out = retrieved_distractors(rows, retrieved, "qs")  # one per question: the highest ranked
     assert [(e.question, e.title, e.answer, e.source) for e in out] == [
@@ -207,8 +206,8 @@ def test_question_indexes_must_pair_with_question_files(tmp_path: Path) -> None:
 
 
 def test_retrieved_distractors_come_from_a_real_index(index: Path) -> None:
-    """One graph search per question over the real sample index: its top documents that are not gold become
-    negatives, so each question gains examples, none of them answering it."""
+    """One graph search per question over a real index (the two-hop fixture corpus): its top documents that are not
+    gold become negatives, so each question gains examples, none of them answering it."""
     veld = {"title": "Joran Veld", "text": "Joran Veld was born in Tarsk. He became a glassblower and made windows "
                                            "for chapels."}
     rows = [{"question": "Where was Joran Veld born?", "answers": ["Tarsk"], "type": "single-hop",
