@@ -66,6 +66,20 @@ def _named_without_comma(body: str, at: int) -> list[str] | None:
     return [first, " ".join(after[:right])]
 
 
+_NAMES_OWN_COMMA = re.compile(r",\s+[A-Z0-9]")
+
+
+def _before_names_own_comma(body: str, cut: int) -> int:
+    """Where the first option starts when the comma at ``cut`` is inside it: "...: Robert III, Count of Dreux or
+    X?" (a name's own comma, followed by a capital or a digit, after a colon, semicolon or question mark with only
+    a name between). Else ``cut``: "Which came first, the Railway or the Light?" keeps its comma."""
+    if cut < 0 or body[cut] != "," or not _NAMES_OWN_COMMA.match(body, cut):
+        return cut
+    mark = max(body.rfind(m, 0, cut) for m in ":;?")
+    words = body[mark + 1:cut].split()
+    return mark if mark >= 0 and words and _name_words(words) == len(words) else cut
+
+
 def choice_options(question: str) -> list[str] | None:
     """The two options a question asks to choose between, as it writes them without a leading article: "Which
     opened first, the Railway or the Light?" (the options after the last comma, colon, semicolon or question mark
@@ -86,6 +100,7 @@ def choice_options(question: str) -> list[str] | None:
         asked = body.rfind("?", 0, max(at, 0))  # "Which ... India? Gurla Mandhata or Kirat Chuli?", but not a
         if asked > cut and body[asked + 1:at].strip():  # title's own: "..., Where Have All the Flowers Gone? or X?"
             cut = asked
+        cut = _before_names_own_comma(body, cut)
         if at < 0:
             return None
         if cut >= 0 and _ASKS_WHICH.search(question[:len(question) - len(body) + cut]):
