@@ -100,9 +100,9 @@ def choice_options(question: str) -> list[str] | None:
         asked = body.rfind("?", 0, max(at, 0))  # "Which ... India? Gurla Mandhata or Kirat Chuli?", but not a
         if asked > cut and body[asked + 1:at].strip():  # title's own: "..., Where Have All the Flowers Gone? or X?"
             cut = asked
-        cut = _before_names_own_comma(body, cut)
         if at < 0:
             return None
+        cut = _before_names_own_comma(body, cut)
         if cut >= 0 and _ASKS_WHICH.search(question[:len(question) - len(body) + cut]):
             options = [body[cut + 1:at], _CLAUSE_AFTER.split(body[at + 4:], 1)[0].rstrip(" ?")]
         else:
