@@ -47,6 +47,7 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
     from routerag.metrics import answer_in_documents, exact_match
     from routerag.policy.extractive import load_reader
     from routerag.policy.loop import doc_key
+    from routerag.policy.answer_types import answer_type
     from routerag.policy.support import answer_supported, documents_state_asked
     from routerag.retrieval.retriever import Retriever
 
@@ -67,6 +68,7 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
             row[name] = {"answer": read.answer, "score": read.score, "kind": read.kind,
                          "supported": answer_supported(item.question, read.answer or "", read.citation),
                          "stated": documents_state_asked(item.question, shown),
+                         "number": answer_type(item.question) in ("count", "measure"),
                          "em": exact_match(read.answer, item.answers) if item.answers and read.answer else 0.0,
                          "in_docs": answer_in_documents([f"{d.title} {d.text}" for d in shown], item.answers)}
         rows.append(row)
@@ -79,11 +81,12 @@ CARD = read_reader_card(shipped_reader_path())
 
 def abstains(read: dict[str, Any], threshold: float) -> bool:
     """The shipped card's abstention rules with ``abstain_below`` at ``threshold``; yes/no and choice reads always
-    answer (rows written before a field existed count as supported and stated)."""
+    answer (rows written before a field existed count as supported and stated, and not as numbers)."""
     if read.get("kind", "span") != "span":
         return False
     return span_refused(read["score"], CARD.model_copy(update={"abstain_below": threshold}),
-                        lambda: read.get("supported", True), lambda: read.get("stated", True))
+                        lambda: read.get("supported", True), lambda: read.get("stated", True),
+                        number=read.get("number", False))
 
 
 def scored(row: dict[str, Any], read: dict[str, Any], threshold: float) -> float:

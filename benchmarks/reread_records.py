@@ -10,6 +10,9 @@ question by question, against the card that ran. This reads every record of ever
 scores the answers as the harness does (a right refusal counts 1), and prints per set and strategy, and pooled per
 strategy: EM, refusals, refusal precision and recall, and refusals whose documents held the answer.
 
+Cards with the same weight files share one forward pass per record (:class:`SharedForward`): four rule variants of
+one reader cost little more than one.
+
 Records whose trajectory never reached the reader (``finish`` ``no_answer`` or ``error``) keep their recorded
 outcome. ``changed`` counts the records whose first reader's answer differs from the recorded one: 0 when the first
 ``--reader`` is the card that ran (the check that the replay is faithful).
@@ -35,6 +38,33 @@ REQUIRED = ("id", "question", "answers", "prediction", "refused", "em", "doc_ids
 """What a record must hold to be read again (every `routerag eval` record since documents were recorded)."""
 NOT_READ = ("no_answer", "error")
 """Trajectories that ended before the reader read: their recorded outcome stands under every card."""
+
+
+class SharedForward:
+    """The span model's forward pass, kept for the last input: readers whose cards differ only in their rules
+    (thresholds, ``whole_names``) run the same weights on the same windows, so the second and later cards re-read a
+    record without a second pass (the pass is most of a read's time)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self._key, self._out = model, None, None
+
+    def __call__(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+        key = (tuple(input_ids.shape), input_ids.numpy().tobytes(), token_type_ids.numpy().tobytes())
+        if key != self._key:
+            self._key, self._out = key, self.model(input_ids, attention_mask, token_type_ids)
+        return self._out
+
+
+def share_forward(readers: dict[str, Any]) -> None:
+    """Readers with the same weight files (by content) share one :class:`SharedForward`."""
+    import hashlib
+
+    from routerag.policy.extractive import member_files
+
+    shared: dict[tuple[str, ...], SharedForward] = {}
+    for reader in readers.values():
+        key = tuple(hashlib.sha256((reader.folder / f).read_bytes()).hexdigest() for f in member_files(reader.card))
+        reader.model = shared.setdefault(key, SharedForward(reader.model))
 
 
 def run_files(run_dir: Path) -> list[Path]:
@@ -107,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     with IndexData(args.index) as data:  # only the passages: no retriever (FAISS, graph, embedder) to load
         passages = {p.id: p for p in data.passages}
     readers = {name: reader_for_replay(name) for name in dict.fromkeys(args.reader)}
+    share_forward(readers)
     first = next(iter(readers))
     results: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
     out = args.out.open("w", encoding="utf-8") if args.out else None
@@ -115,17 +146,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             records = read_records(path, required=REQUIRED)
         except DatasetError as exc:  # a truncated or foreign line: say which file and line, no traceback
             raise SystemExit(str(exc)) from None
-        by_reader: dict[str, list[dict[str, Any]]] = {}
-        for name, reader in readers.items():
-            rows = []
-            for rec in records:
+        by_reader: dict[str, list[dict[str, Any]]] = {name: [] for name in readers}
+        for rec in records:  # every card on one record before the next: they share its forward pass
+            for name, reader in readers.items():
                 new = {**rec, **reread(rec, reader, passages), "reader": name}
                 new["changed"] = name == first and (new["refused"] != rec["refused"] or
                                                     (not rec["refused"] and new["prediction"] != rec["prediction"]))
-                rows.append(new)
+                by_reader[name].append(new)
                 if out:
                     out.write(json.dumps(new) + "\n")
-            by_reader[name] = rows
         results[(path.parent.name, path.stem)] = by_reader
     if out:
         out.close()

@@ -2,8 +2,9 @@
 
 import pytest
 
-from routerag.policy.answer_types import (NUMBER_TYPES, answer_type, asks_dimension, before_clause, names_common_noun,
-                                         number_phrase, numbers_with_units, states_number)
+from routerag.policy.answer_types import (NUMBER_TYPES, answer_type, asks_dimension, before_clause, counted_numbers,
+                                         names_common_noun, number_phrase, numbers_with_units, states_number,
+                                         whole_name)
 
 
 @pytest.mark.parametrize("question", [
@@ -124,6 +125,44 @@ def test_a_dimension_is_a_number_written_with_its_unit() -> None:
     text = "The Saltvik Bridge was completed in 1879. It is 118 metres long, eight feet wide and 2,114 m high."
     found = [text[s:e] for s, e in numbers_with_units(text)]
     assert found == ["118", "eight", "2,114"]  # "1879." has no unit word: a year, not a length
+
+
+def test_a_dimensions_unit_measures_something() -> None:
+    """A number followed by what it counts ("seven arches") is no length."""
+    text = "The Old Mill Bridge is a stone bridge of seven arches. It measures 164 metres."
+    assert [text[s:e] for s, e in numbers_with_units(text)] == ["164"]
+    s = text.index("seven")
+    a, b = number_phrase(text, s, len(text), needs_unit=True)
+    assert text[a:b] == "164 metres"
+
+
+def test_a_count_is_never_a_bare_year() -> None:
+    text = "The Royal Vell Theatre opened in 1858. With 420 seats, it had 1500 workers by 1901 and two stages."
+    assert [text[s:e] for s, e in counted_numbers(text)] == ["420 seats", "1500 workers", "two stages"]
+    start = text.index("1858")
+    a, b = number_phrase(text, start, len(text), unit=False, counted=True)
+    assert text[a:b] == "420"
+
+
+@pytest.mark.parametrize(("text", "span", "question", "expected"), [
+    ("It was built by the Brackwater Engine Works in 1860.", "Brackwater Engine", "Who built it?",
+     "Brackwater Engine Works"),
+    ("It was operated by the Vell Steam Packet Company.", "Steam Packet", "Who ran it?", "Vell Steam Packet Company"),
+    ("It was founded by Ysolde Carr in 1820.", "Ysolde", "Who founded it?", "Ysolde Carr"),
+    ("She studied at the Academy of Aumery in Brackwater.", "Academy", "Where?", "Academy of Aumery"),
+    ("Designed by the architect Ivo Castellane, it opened.", "Castellane", "Who?", "Ivo Castellane"),
+    ("The Kestrel was built in Tarsk. The yard closed.", "Tarsk", "Where?", "Tarsk"),  # not over a full stop
+    ("Tarsk and Ossel", "Tarsk", "Where?", "Tarsk"),                                  # not over "and"
+    ("Penrick's bridge", "Penrick", "Who?", "Penrick"),
+    ("It was led by Governor Jeff Colyer.", "Jeff Colyer", "It had governor what?", "Jeff Colyer"),  # the role asked
+    ("It stands by the Ossel Lighthouse.", "Ossel", "Where is the Ossel Lighthouse?", "Ossel"),  # the question's
+    ("a stone bridge of seven arches", "stone bridge", "What?", "stone bridge"),   # no capitalised word at its ends
+    ("the Brackwater Engine", "Brackwa", "Who?", "Brackwater Engine"),              # a span ending inside a word
+])
+def test_a_name_cut_short_is_grown_to_the_whole_name(text: str, span: str, question: str, expected: str) -> None:
+    start = text.index(span)
+    a, b = whole_name(text, start, start + len(span), question)
+    assert text[a:b] == expected
 
 
 @pytest.mark.parametrize(("span", "expected"), [

@@ -470,6 +470,26 @@ def test_the_shipped_reader_reads_a_birthplace_and_cites_its_sentence() -> None:
 
 
 @pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
+def test_the_shipped_card_grows_cut_names_and_holds_numbers_to_their_own_threshold() -> None:
+    """The span head stops "Brackwater Engine Works" after "Engine" and gives "four" (held to numbers) 0.0035: the
+    shipped card's ``whole_names`` grows the name and its ``abstain_number_below`` answers the count that the
+    ordinary thresholds (a card with both off) refuse."""
+    reader = ExtractiveReader()
+    assert reader.card.whole_names and reader.card.abstain_number_below == 0.0008
+    docs = [RetrievedDoc("c", "Carrowmere Station", "Carrowmere Station is the principal railway station of "
+                         "Carrowmere. Designed by the architect Ivo Castellane, it opened in 1864. The station has "
+                         "four platforms beneath an iron and glass roof.", 1.0),
+            RetrievedDoc("k", "Kestrel", "The Kestrel was a locomotive built by the Brackwater Engine Works in 1860 "
+                         "for the Fenwold Valley Railway.", 0.5)]
+    count, maker = "How many platforms does Carrowmere Station have?", "Who built the Kestrel?"
+    assert reader.read_sync(count, docs).answer == "four"
+    assert reader.read_sync(maker, docs).answer == "Brackwater Engine Works"
+    assert reader.read_sync("Who designed Carrowmere Station?", docs).answer == "Ivo Castellane"
+    reader.card = reader.card.model_copy(update={"abstain_number_below": None, "whole_names": False})
+    assert reader.read_sync(count, docs).abstained and reader.read_sync(maker, docs).answer == "Brackwater Engine"
+
+
+@pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
 def test_a_choice_question_is_answered_by_one_of_its_options() -> None:
     """The answer of "A or B?" is a span of the question: the reader answers with the option (as the question
     writes it) whose mention it scores best, cited where the documents mention it; with neither mentioned, it reads

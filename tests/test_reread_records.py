@@ -91,3 +91,25 @@ def test_a_records_documents_come_back_in_order_and_a_foreign_id_is_named(index:
     assert [(d.id, d.title, d.text) for d in docs] == [(i, passages[i].title, passages[i].text) for i in (first, second)]
     with pytest.raises(DatasetError, match=r"record q0: documents \['not-in-this-index'\] are not in this index"):
         record_documents(record, passages, strict=True)
+
+
+def test_cards_with_the_same_weights_share_one_forward_pass(tmp_path: Path) -> None:
+    """Two cards of one weight set run the model once per record; the answers are the ones each reads alone."""
+    from routerag.retrieval.types import RetrievedDoc
+
+    script = load_script(Path("benchmarks/reread_records.py"))
+    grown = tmp_path / "grown"
+    shutil.copytree(shipped_reader_path(), grown)
+    card = json.loads((grown / READER_CARD).read_text())
+    (grown / READER_CARD).write_text(json.dumps({**card, "whole_names": True}))
+    docs = [RetrievedDoc("k", "Kestrel", "The Kestrel was a locomotive built by the Brackwater Engine Works in 1860.",
+                         1.0)]
+    alone = [ExtractiveReader(folder).read_sync("Who built the Kestrel?", docs).answer for folder in (None, grown)]
+    readers = {"shipped": ExtractiveReader(), "grown": ExtractiveReader(grown)}
+    script.share_forward(readers)
+    assert readers["shipped"].model is readers["grown"].model
+    calls = []
+    inner = readers["shipped"].model.model
+    readers["shipped"].model.model = lambda *a: calls.append(1) or inner(*a)
+    shared = [r.read_sync("Who built the Kestrel?", docs).answer for r in readers.values()]
+    assert shared == alone and alone[1] == "Brackwater Engine Works" and len(calls) == 1

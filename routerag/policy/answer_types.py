@@ -120,12 +120,41 @@ def asks_dimension(question: str) -> bool:
 def numbers_with_units(text: str) -> list[tuple[int, int]]:
     """Where ``text`` writes a number followed by its unit word ("2,114 metres", "eight feet"): the character range
     of the number, for the reader's spans that must hold one (:func:`asks_dimension`)."""
-    return [(m.start(), m.start("unit") - 1) for m in _NUMBER_PHRASE.finditer(text) if _has_unit(m)]
+    return [(m.start(), m.start("unit") - 1) for m in _NUMBER_PHRASE.finditer(text) if _has_dimension_unit(m)]
+
+
+_YEAR = re.compile(r"(?:1\d{3}|20\d{2})")
+
+
+def is_bare_year(match: re.Match[str]) -> bool:
+    """Whether a number phrase is a year: four digits from 1000 to 2099 not followed by a word it counts ("in
+    1858", "1858 and"; but "1500 workers" counts). Why: a count question's span went to the year on the same page
+    ("How many seats does the Royal Vell Theatre have?" answered "1858", the year it opened)."""
+    return bool(_YEAR.fullmatch(match.group(0).split()[0])) and not _has_unit(match)
+
+
+def counted_numbers(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` writes a number that can answer a count: every number phrase but a bare year
+    (:func:`is_bare_year`), as character ranges."""
+    return [(m.start(), m.end()) for m in _NUMBER_PHRASE.finditer(text) if not is_bare_year(m)]
 
 
 def _has_unit(match: re.Match[str]) -> bool:
     word = match.group("unit")
     return bool(word) and word.lower() not in STOP_WORDS
+
+
+DIMENSION_UNITS = frozenset("""m km cm mm metre metres meter meters kilometre kilometres kilometer kilometers
+centimetre centimetres centimeter centimeters millimetre millimetres ft foot feet mi mile miles yard yards yd inch
+inches in kg g t tonne tonnes ton tons kilogram kilograms gram grams pound pounds lb lbs ha hectare hectares acre
+acres sq square cubic nautical fathom fathoms""".split())
+"""Words that measure a length, a height, an area or a weight: a dimension's unit. "Seven arches" counts arches; it
+is no length, though "arches" follows a number ("How long is the Old Mill Bridge?" was answered "seven arches")."""
+
+
+def _has_dimension_unit(match: re.Match[str]) -> bool:
+    word = match.group("unit")
+    return bool(word) and word.lower().rstrip(".") in DIMENSION_UNITS
 
 
 _NAME_PARTICLES = frozenset("de da di del della der den des du dos das van von ter ten la le al el bin ibn ben"
@@ -146,6 +175,40 @@ def person_name(question: str, span: str) -> str:
     while lead > 0 and words[lead - 1] in _NAME_PARTICLES:  # "de Gaulle", "painter van Gogh" → "van Gogh"
         lead -= 1
     return " ".join(words[lead:]) if 0 < lead < len(words) and words[lead][:1].isalpha() else span
+
+
+_NEXT_NAME_WORD = re.compile(r"(?: of)? (?P<word>[A-Z][\w-]*)(?![\w'’])")
+_PREVIOUS_NAME_WORD = re.compile(r"(?<![\w'’])(?P<word>[A-Z][\w-]*) $")
+
+
+def whole_name(text: str, start: int, end: int, question: str) -> tuple[int, int]:
+    """Where in ``text`` the name that ``text[start:end]`` cuts short lies: the span grown over the capitalised
+    words next to it on its line ("Brackwater Engine" → "Brackwater Engine Works", "Steam Packet" → "Vell Steam
+    Packet Company"), over "of" only between two of them ("Academy of Aumery"), never over a stop word ("The") or
+    punctuation, nor leftwards over a word of the question ("Governor Jeff Colyer" for "... had governor what?");
+    unchanged unless the span starts (to grow left) or ends (to grow right) with a capitalised word, or
+    when the grown name is the question's own words. Why: the span head, trained mostly on short names, stops a
+    long name early; no answer key holds the cut ("Ysolde" for "Ysolde Carr")."""
+    a, b = start, end
+    while b < len(text) and (text[b].isalnum() or text[b] == "-"):  # a span ending inside a word
+        b += 1
+    words = text[a:b].split()
+    if not words:
+        return start, end
+    while words[-1][:1].isupper() and (m := _NEXT_NAME_WORD.match(text, b)) and _joins(m.group("word")):
+        b = m.end()
+    asked = {w.lower() for w in re.findall(r"[\w-]+", question)}
+    while (text[a:b][:1].isupper() and (m := _PREVIOUS_NAME_WORD.search(text, 0, a)) and _joins(m.group("word"))
+           and m.group("word").lower() not in asked):  # not the role the question names ("governor")
+        a = m.start()
+    if (a, b) != (start, end) and text[a:b].lower() in question.lower():
+        return start, end
+    return a, b
+
+
+def _joins(word: str) -> bool:
+    """Whether a capitalised word can be part of a name (not "The", "In", "It": stop words)."""
+    return word.lower() not in STOP_WORDS
 
 
 _CLAUSE_BREAK = re.compile(r",\s+(?!(?:and|or)\s+[A-Z])(?=[a-z])|\s+(?:with|but|which|who|where|while)\s+(?=[a-z])")
@@ -173,14 +236,14 @@ def names_common_noun(title: str, text: str) -> bool:
     return bool(found) and all(f == f.lower() for f in found)
 
 
-def number_phrase(text: str, start: int, end: int, *, unit: bool = True,
-                  needs_unit: bool = False) -> tuple[int, int] | None:
+def number_phrase(text: str, start: int, end: int, *, unit: bool = True, needs_unit: bool = False,
+                  counted: bool = False) -> tuple[int, int] | None:
     """Where, in ``text``, the first number phrase overlapping ``text[start:end]`` lies, with its unit word when
     ``unit``: a measure's answer cut as the documents write it; None when the span holds no number. With
     ``needs_unit`` (a dimension, :func:`asks_dimension`), the first one written with a unit: a span "1879. It is 118
     metres" answers "118 metres"."""
     for match in _NUMBER_PHRASE.finditer(text):
-        if needs_unit and not _has_unit(match):
+        if needs_unit and not _has_dimension_unit(match) or counted and is_bare_year(match):
             continue
         if match.start() < end and match.end() > start:
             if match.group("unit") and (not unit or not _has_unit(match)):  # a stop word, or a unit not wanted

@@ -45,7 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..retrieval.types import RetrievedDoc
 from .answer_types import (NUMBER_TYPES, AnswerType, answer_type, asks_dimension, before_clause, names_common_noun,
-                           number_phrase, numbers_with_units, person_name, states_number)
+                           counted_numbers, number_phrase, numbers_with_units, person_name,
+                           states_number, whole_name)
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
@@ -88,6 +89,12 @@ class ReaderCard(BaseModel):
     """Abstain, too, when the best span's probability is below this and no document read states what the question
     asks (:func:`~routerag.policy.support.documents_state_asked`; a question naming no relation counts as unstated);
     0: never. Off, too, when ``abstain_below`` is 0."""
+    abstain_number_below: float | None = Field(None, ge=0, le=1)
+    """For a count or a measure ("how many", "how long", "what was the population of"), the one abstention
+    threshold in place of the three above; None: the same rules as any span. Why: the span head, trained mostly on
+    names, gives a number it must pick (the span is held to numbers, :func:`~.answer_types.answer_type`) a low
+    probability even where a sentence states it ("The station has four platforms": 0.001), so such questions were
+    refused with the answer in their documents."""
     later_document_penalty: float = Field(0.0, ge=0)
     """Log-probability taken off a free span per place its document stands after the first, when the reader picks
     the best span of all documents (retrieval order: the first search's before a second's); 0: every document
@@ -95,6 +102,9 @@ class ReaderCard(BaseModel):
     outbids the top page's right but unsure one. Nested questions (bridges) are exempt: their answer is on a page
     retrieval ranks lower (docs/research/2026-12-01-later-documents-weigh-less.md). Abstention reads the best
     span's score wherever it stands, so the penalty changes which span answers, not whether one does."""
+    whole_names: bool = False
+    """Grow a free span that cuts a name short over the capitalised words next to it ("Brackwater Engine" →
+    "Brackwater Engine Works"; :func:`~routerag.policy.answer_types.whole_name`); not a number's span."""
     members: int = Field(1, ge=1)
     """Trained weight sets whose logits the reader averages (``routerag merge-readers``): one run's answers move by up
     to 10 EM points on a set with its seed, and the mean of two seeds read better than either (docs/training.md)."""
@@ -303,8 +313,13 @@ def number_tokens(tokenizer: Any, input_ids: Any, sequence_ids: list[list[int | 
 def unit_number_tokens(enc: Any, sequence_ids: list[list[int | None]], contexts: Sequence[str]) -> list[list[bool]]:
     """Per window, per token: a context token inside a number its context writes with a unit
     (:func:`.answer_types.numbers_with_units`), what a dimension question's span must hold."""
+    return tokens_in(enc, sequence_ids, [numbers_with_units(c) for c in contexts])
+
+
+def tokens_in(enc: Any, sequence_ids: list[list[int | None]],
+              ranges: Sequence[Sequence[tuple[int, int]]]) -> list[list[bool]]:
+    """Per window, per token: a context token overlapping one of its context's character ``ranges``."""
     owners = enc["overflow_to_sample_mapping"].tolist()
-    ranges = [numbers_with_units(c) for c in contexts]
     return [[sid == 1 and any(a < e and b > s for s, e in ranges[owners[w]])
              for (a, b), sid in zip(enc["offset_mapping"][w].tolist(), sids)]
             for w, sids in enumerate(sequence_ids)]
@@ -378,11 +393,15 @@ def best_spans(start_logits: Any, end_logits: Any, sequence_ids: list[list[int |
     return out
 
 
-def span_refused(score: float, card: ReaderCard, supported: Callable[[], bool], stated: Callable[[], bool]) -> bool:
+def span_refused(score: float, card: ReaderCard, supported: Callable[[], bool], stated: Callable[[], bool], *,
+                 number: bool = False) -> bool:
     """The reader's abstention on a free span (the reader's and ``benchmarks/mode_oracle.py``'s one rule): below
     ``abstain_below``; below ``abstain_unsupported_below`` when its sentence does not say what was asked; below
     ``abstain_unstated_below`` when no document says it. ``supported`` and ``stated`` parse, so each is called only
-    when its threshold is in play; nothing abstains when ``abstain_below`` is 0 (abstaining off)."""
+    when its threshold is in play; nothing abstains when ``abstain_below`` is 0 (abstaining off). A ``number``
+    (the span of a count or a measure) abstains only below ``abstain_number_below`` when the card sets it."""
+    if number and card.abstain_number_below is not None and card.abstain_below > 0:
+        return score < card.abstain_number_below
     if score < card.abstain_below:
         return True
     if card.abstain_below <= 0:
@@ -445,11 +464,13 @@ class ExtractiveReader:
         logp, s, e = spans[w]
         if logp == float("-inf"):
             return ReaderAnswer(None, 0.0)
-        answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked, dimension=dimension)
+        answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked, dimension=dimension,
+                                    name_for=question if self.card.whole_names else None)
         answer = person_name(question, answer if asked in ("count", "measure") else before_clause(answer))
         score = math.exp(max(logp_w for logp_w, _, _ in spans))  # whether any page answers, wherever it stands
         if not answer or span_refused(score, self.card, lambda: answer_supported(question, answer, citation),
-                                      lambda: documents_state_asked(question, docs)):
+                                      lambda: documents_state_asked(question, docs),
+                                      number=asked in ("count", "measure")):
             return ReaderAnswer(None, score, None)
         return ReaderAnswer(answer, score, citation)
 
@@ -467,12 +488,15 @@ class ExtractiveReader:
                     contexts: Sequence[tuple[str, int]]) -> list[list[list[bool]]]:
         """What a free span must hold (:func:`best_spans`' ``needs``): a token the question lacks (not for a
         choice); a number when the question asks for one, written with a unit when it asks for a dimension ("1879"
-        does not answer "How long is the bridge?"); for a name, a token that is not the title of a page about a
-        common noun (the page *Violinist* does not answer "Where was Teodor Brask born?")."""
+        does not answer "How long is the bridge?"), and not a bare year when it asks how many; for a name, a token
+        that is not the title of a page about a common noun (the page *Violinist* does not answer "Where was Teodor
+        Brask born?")."""
         ids = enc["input_ids"]
         needs = [mask for mask in [new_tokens(ids, seq_ids, question)] if mask is not None]
         if asked in NUMBER_TYPES and dimension:
             needs.append(unit_number_tokens(enc, seq_ids, [text for text, _ in contexts]))
+        elif asked == "count":  # not the year on the same page
+            needs.append(tokens_in(enc, seq_ids, [counted_numbers(text) for text, _ in contexts]))
         elif asked in NUMBER_TYPES:
             needs.append(number_tokens(self.tokenizer, ids, seq_ids))
         if asked == "name":
@@ -525,16 +549,21 @@ class ExtractiveReader:
 
 def _located(enc: Any, window: int, start: int, end: int, contexts: list[tuple[str, int]],
              docs: Sequence[RetrievedDoc], *, asked: AnswerType | None = None,
-             dimension: bool = False) -> tuple[str, Citation]:
+             dimension: bool = False, name_for: str | None = None) -> tuple[str, Citation]:
     """The text of tokens ``start``..``end`` of a window (spaces collapsed) and its citation: the document and the
     sentence that hold it. A count or a measure (``asked``) is cut to the number phrase in the span, a measure's
-    with its unit, a ``dimension``'s the first one with a unit (:func:`.answer_types.number_phrase`)."""
+    with its unit, a ``dimension``'s the first one with a unit (:func:`.answer_types.number_phrase`); with
+    ``name_for`` (the question, when the card sets ``whole_names``), any other span is grown to the whole name it
+    cuts short (:func:`.answer_types.whole_name`)."""
     offsets = enc["offset_mapping"][window].tolist()
     doc_i = int(enc["overflow_to_sample_mapping"][window])
     text, body_at = contexts[doc_i]
     a, b = offsets[start][0], offsets[end][1]
     if asked in ("count", "measure"):
-        a, b = number_phrase(text, a, b, unit=asked == "measure", needs_unit=dimension) or (a, b)
+        a, b = number_phrase(text, a, b, unit=asked == "measure", needs_unit=dimension,
+                             counted=asked == "count") or (a, b)
+    elif name_for is not None and asked not in NUMBER_TYPES:
+        a, b = whole_name(text, a, b, name_for)
     doc = docs[doc_i]
     return " ".join(text[a:b].split()), Citation(doc.id, doc.title, sentence_at(doc.text, a - body_at))
 
