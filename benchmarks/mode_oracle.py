@@ -45,9 +45,9 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
     from routerag.config import Settings
     from routerag.datasets import load_questions
     from routerag.metrics import answer_in_documents, exact_match
+    from routerag.policy.answer_types import QUANTITY_TYPES, answer_type
     from routerag.policy.extractive import load_reader
     from routerag.policy.loop import doc_key
-    from routerag.policy.answer_types import answer_type
     from routerag.policy.support import answer_supported, documents_state_asked
     from routerag.retrieval.retriever import Retriever
 
@@ -68,7 +68,7 @@ def read_modes(index: Path, questions: Path, reader_folder: str | None, k: int) 
             row[name] = {"answer": read.answer, "score": read.score, "kind": read.kind,
                          "supported": answer_supported(item.question, read.answer or "", read.citation),
                          "stated": documents_state_asked(item.question, shown),
-                         "number": answer_type(item.question) in ("count", "measure"),
+                         "number": answer_type(item.question) in QUANTITY_TYPES,
                          "em": exact_match(read.answer, item.answers) if item.answers and read.answer else 0.0,
                          "in_docs": answer_in_documents([f"{d.title} {d.text}" for d in shown], item.answers)}
         rows.append(row)

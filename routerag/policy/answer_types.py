@@ -97,6 +97,9 @@ def _asked_quantity(after_what: str) -> str | None:
 
 NUMBER_TYPES: frozenset[AnswerType] = frozenset({"count", "measure", "date"})
 """The answer types whose span must hold a number."""
+QUANTITY_TYPES: frozenset[AnswerType] = frozenset({"count", "measure"})
+"""The answer types whose span is cut to its number phrase, and that a card may hold to their own abstention
+threshold (``abstain_number_below``); not a date, which is read whole."""
 
 _DIMENSION_AFTER_HOW = frozenset("tall high wide deep far heavy".split())
 _DIMENSION_NOUNS = _MEASURE_NOUNS - {"age", "size"}
@@ -195,7 +198,8 @@ def whole_name(text: str, start: int, end: int, question: str) -> tuple[int, int
     words = text[a:b].split()
     if not words:
         return start, end
-    while words[-1][:1].isupper() and (m := _NEXT_NAME_WORD.match(text, b)) and _joins(m.group("word")):
+    grows_right = words[-1][:1].isupper()  # every word grown on is capitalised too
+    while grows_right and (m := _NEXT_NAME_WORD.match(text, b)) and _joins(m.group("word")):
         b = m.end()
     asked = {w.lower() for w in re.findall(r"[\w-]+", question)}
     while (text[a:b][:1].isupper() and (m := _PREVIOUS_NAME_WORD.search(text, 0, a)) and _joins(m.group("word"))

@@ -44,8 +44,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..retrieval.types import RetrievedDoc
-from .answer_types import (NUMBER_TYPES, AnswerType, answer_type, asks_dimension, before_clause, names_common_noun,
-                           counted_numbers, number_phrase, numbers_with_units, person_name,
+from .answer_types import (NUMBER_TYPES, QUANTITY_TYPES, AnswerType, answer_type, asks_dimension, before_clause,
+                           counted_numbers, names_common_noun, number_phrase, numbers_with_units, person_name,
                            states_number, whole_name)
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
@@ -310,15 +310,11 @@ def number_tokens(tokenizer: Any, input_ids: Any, sequence_ids: list[list[int | 
             for ids, sids in zip(input_ids.tolist(), sequence_ids)]
 
 
-def unit_number_tokens(enc: Any, sequence_ids: list[list[int | None]], contexts: Sequence[str]) -> list[list[bool]]:
-    """Per window, per token: a context token inside a number its context writes with a unit
-    (:func:`.answer_types.numbers_with_units`), what a dimension question's span must hold."""
-    return tokens_in(enc, sequence_ids, [numbers_with_units(c) for c in contexts])
-
-
 def tokens_in(enc: Any, sequence_ids: list[list[int | None]],
               ranges: Sequence[Sequence[tuple[int, int]]]) -> list[list[bool]]:
-    """Per window, per token: a context token overlapping one of its context's character ``ranges``."""
+    """Per window, per token: a context token overlapping one of its context's character ``ranges`` (the numbers
+    written with a unit that a dimension question's span must hold, :func:`.answer_types.numbers_with_units`; the
+    numbers but bare years that a count's must, :func:`.answer_types.counted_numbers`)."""
     owners = enc["overflow_to_sample_mapping"].tolist()
     return [[sid == 1 and any(a < e and b > s for s, e in ranges[owners[w]])
              for (a, b), sid in zip(enc["offset_mapping"][w].tolist(), sids)]
@@ -466,11 +462,11 @@ class ExtractiveReader:
             return ReaderAnswer(None, 0.0)
         answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked, dimension=dimension,
                                     name_for=question if self.card.whole_names else None)
-        answer = person_name(question, answer if asked in ("count", "measure") else before_clause(answer))
+        quantity = asked in QUANTITY_TYPES
+        answer = person_name(question, answer if quantity else before_clause(answer))
         score = math.exp(max(logp_w for logp_w, _, _ in spans))  # whether any page answers, wherever it stands
         if not answer or span_refused(score, self.card, lambda: answer_supported(question, answer, citation),
-                                      lambda: documents_state_asked(question, docs),
-                                      number=asked in ("count", "measure")):
+                                      lambda: documents_state_asked(question, docs), number=quantity):
             return ReaderAnswer(None, score, None)
         return ReaderAnswer(answer, score, citation)
 
@@ -494,7 +490,7 @@ class ExtractiveReader:
         ids = enc["input_ids"]
         needs = [mask for mask in [new_tokens(ids, seq_ids, question)] if mask is not None]
         if asked in NUMBER_TYPES and dimension:
-            needs.append(unit_number_tokens(enc, seq_ids, [text for text, _ in contexts]))
+            needs.append(tokens_in(enc, seq_ids, [numbers_with_units(text) for text, _ in contexts]))
         elif asked == "count":  # not the year on the same page
             needs.append(tokens_in(enc, seq_ids, [counted_numbers(text) for text, _ in contexts]))
         elif asked in NUMBER_TYPES:
@@ -559,7 +555,7 @@ def _located(enc: Any, window: int, start: int, end: int, contexts: list[tuple[s
     doc_i = int(enc["overflow_to_sample_mapping"][window])
     text, body_at = contexts[doc_i]
     a, b = offsets[start][0], offsets[end][1]
-    if asked in ("count", "measure"):
+    if asked in QUANTITY_TYPES:
         a, b = number_phrase(text, a, b, unit=asked == "measure", needs_unit=dimension,
                              counted=asked == "count") or (a, b)
     elif name_for is not None and asked not in NUMBER_TYPES:
