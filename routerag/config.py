@@ -75,6 +75,7 @@ class Loop(Mapping[str, Any]):
     search_bridge_below: float = 0.0
     graph_for_nested: bool = False
     bridge_for_nested: bool = False
+    decompose_bridges: bool = False
 
     def __getitem__(self, name: str) -> Any:
         if name not in LOOP_FIELDS:
@@ -366,6 +367,17 @@ class LoopSettings(StrictModel):
     ``by_loop``). Why: such a question is a bridge by its form, and its answer is on the unnamed entity's page; the
     reader's score does not say whether that page was found (docs/research/2026-11-29-nested-questions-as-bridges.md).
     Off (the default): only ``search_bridge_below`` hops."""
+    decompose_bridges: bool | None = None
+    """A question that describes what it asks about without naming it ("In which town was the founder of X born?")
+    is read in two steps (:mod:`routerag.policy.decompose`): the extractive reader first answers the description as a
+    question of its own ("Who was the founder of X?") from the documents found so far; when that answer is a name,
+    the loop searches the question with the name in place of the description ("In which town was Halvard Penrick
+    born?"), in the first search's mode, and the reader answers that question from that search's documents (it
+    refuses when they do not say). Within the budget; the trace step says ``by_loop`` with ``query_source``
+    ``bridged_question``. Why: asked the whole question, the reader answers with the name on the first page, the
+    description's entity, not what is asked of it (docs/research/2026-12-02-bridge-questions-read-in-two-steps.md).
+    Before ``search_bridge_below`` and ``bridge_for_nested``, which do not run after it. Off (the default): the reader
+    reads the question once."""
 
     def resolve(self, *fallbacks: LoopSettings | None) -> Loop:
         """Every field decided: this object's value where set, else the first fallback's that is set (a trainer's

@@ -31,7 +31,7 @@ def _norm(text: str) -> str:
 
 def test_there_are_sealed_sets() -> None:
     assert {"tarrowmere", "brindlemoor", "caldwick", "merrowgate", "quellin", "coastal", "askerry", "wrenbury",
-            "vessandra"} <= SEALED
+            "vessandra", "carrickvale", "hollowaystaithe", "brannoch"} <= SEALED
 
 
 @pytest.mark.parametrize("folder", WRITTEN_BY_PROMPT, ids=lambda p: p.name)

@@ -29,8 +29,9 @@ from ..metrics import normalize_answer
 from ..retrieval.types import RetrievedDoc
 from .choices import choice_options
 
-QuerySource = Literal["question", "question_span", "title", "entity", "noun_chunk"]
-"""Where a grounded query came from."""
+QuerySource = Literal["question", "question_span", "title", "entity", "noun_chunk", "bridged_question"]
+"""Where a grounded query came from; ``bridged_question`` is the loop's own (``decompose_bridges``): the question
+with its description replaced by a name the reader read in a document (:mod:`.decompose`)."""
 
 _STOP = frozenset("""a an the of in on at to for from by with and or but is are was were be been being do does did
 what which who whom whose when where why how that this these those it its as into than then there their his her
@@ -178,8 +179,11 @@ def ground(query: str, question: str, docs: Sequence[RetrievedDoc]) -> Grounding
 
 
 def is_grounded(query: str, question: str, docs: Sequence[RetrievedDoc]) -> bool:
-    """Whether ``query`` is in the allowed set (what a report counts and a test checks)."""
-    return not ground(query, question, docs).replaced
+    """Whether ``query`` is in the allowed set (what a report counts and a test checks): what :func:`ground` keeps,
+    or the loop's bridged question (:func:`~routerag.policy.decompose.is_bridged`)."""
+    from .decompose import is_bridged  # decompose reads this module's content words
+
+    return not ground(query, question, docs).replaced or is_bridged(query, question, docs)
 
 
 _SEARCH_BODY = re.compile(r"(<search>)(.*?)(</search>)", re.DOTALL | re.IGNORECASE)

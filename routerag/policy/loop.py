@@ -43,6 +43,7 @@ from ..retrieval.types import QueryError, RetrievalResult, RetrievedDoc
 from ..vocabulary import Mode, ReaderPrompt, SegmentKind
 from .answering import Reader
 from .choices import undecided_options
+from .decompose import decompose, names_bridge
 from .grounding import QuerySource, ground, new_entity, rewrite_search
 from .nesting import is_nested
 from .parsing import STOP_STRINGS, Action, close_stop, is_refusal, parse_turn
@@ -312,11 +313,7 @@ class PolicyLoop:
             if reader.extractive is not None:
                 await self._search_unsearched(run)
                 await self._search_options(run)
-            read = await self._read(run)
-            if read.abstained and await self._search_on_abstain(run):
-                read = await self._read(run)
-            if await self._search_bridge(run, read):
-                read = await self._read(run)
+            read = await self._read_bridged(run) or await self._read_with_hops(run)
             if read.abstained:  # a refusal, as the harness counts it; the policy's answer is not used
                 traj.answer, traj.finish = REFUSAL_ANSWER, "refused"
             else:
@@ -334,13 +331,50 @@ class PolicyLoop:
                                    "finish": traj.finish})
         return State.DONE
 
-    async def _read(self, run: _Run) -> ReaderAnswer:
-        """The reader's answer from every document retrieved so far (the extractive reader reads whole documents:
-        it is cheap, and a cut can drop the answer)."""
+    async def _read_with_hops(self, run: _Run) -> ReaderAnswer:
+        """The reader's answer to the question, after the loop's own searches the settings ask for
+        (``search_on_abstain``, ``search_bridge_below``)."""
+        read = await self._read(run)
+        if read.abstained and await self._search_on_abstain(run):
+            read = await self._read(run)
+        if await self._search_bridge(run, read):
+            read = await self._read(run)
+        return read
+
+    async def _read_bridged(self, run: _Run) -> ReaderAnswer | None:
+        """``decompose_bridges``: a question describing what it asks about is read in two steps
+        (:mod:`.decompose`): the description, asked as a question, from the documents so far; then, when that gave
+        a name, the question with the name in its place, searched in the first search's mode and read from that
+        search's documents. None when the question has no description, the first read gave no name, or the budget
+        or the search leaves nothing to read: the question is then read as usual."""
+        traj, cfg = run.traj, run.cfg
+        first = next((s for s in traj.steps if s.action == "search"), None)
+        if not cfg.decompose_bridges or cfg.reader.extractive is None or first is None or first.mode is None \
+                or traj.searches >= cfg.budget or not traj.retrieved:
+            return None
+        parts = decompose(traj.question)
+        if parts is None:
+            return None
+        bridge = await self._read(run, parts.inner)
+        if bridge.abstained or bridge.kind != "span" or not names_bridge(bridge.answer or "", traj.question):
+            return None
+        before = len(traj.retrieved)
+        await self._search_by_loop(run, parts.outer(bridge.answer or ""), first.mode, "bridged_question",
+                                   doc=bridge.citation.id if bridge.citation else None)
+        if len(traj.retrieved) == before or not traj.retrieved[-1].docs:
+            return None
+        traj.steps[-1].asked = parts.inner
+        return await self._read(run, traj.steps[-1].query, traj.retrieved[-1:])
+
+    async def _read(self, run: _Run, question: str | None = None,
+                    results: list[RetrievalResult] | None = None) -> ReaderAnswer:
+        """The reader's answer to ``question`` (the trajectory's) from the documents of ``results`` (every search
+        so far); the extractive reader reads whole documents: it is cheap, and a cut can drop the answer."""
         traj, reader = run.traj, run.cfg.reader
         t0 = time.perf_counter()
-        docs = self.read_documents(traj.retrieved, run.cfg, cut=reader.extractive is None)
-        read = await reader.read_answer(traj.question, docs)
+        docs = self.read_documents(traj.retrieved if results is None else results, run.cfg,
+                                   cut=reader.extractive is None)
+        read = await reader.read_answer(question or traj.question, docs)
         traj.answer_generation_ms = round(traj.answer_generation_ms + (time.perf_counter() - t0) * 1000, 3)
         traj.answered_by = "reader"
         return read

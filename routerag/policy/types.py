@@ -97,13 +97,16 @@ class Step:
     query: str | None = None
     query_source: str | None = None
     """Where a grounded query came from (``question``, ``question_span``, ``title``, ``entity``, ``noun_chunk``:
-    :mod:`.grounding`); None with free queries."""
+    :mod:`.grounding`; the loop's ``bridged_question``: :mod:`.decompose`); None with free queries."""
     query_doc: str | None = None
     """The id of the document a grounded query is a span of (None: the question)."""
     query_generated: str | None = None
     """What the policy wrote, when grounding replaced it."""
     mode_generated: Mode | None = None
     """The mode the policy wrote, when the loop searched the graph instead (``graph_for_nested``)."""
+    asked: str | None = None
+    """For a ``bridged_question`` search (``decompose_bridges``): the question the reader answered first, whose
+    answer stands in this query in place of the description."""
     by_loop: bool = False
     """The loop ran this search, not the policy: the reader had abstained (``search_on_abstain``), or the search is
     for an option of a choice question (``search_options``)."""
