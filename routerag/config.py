@@ -373,7 +373,8 @@ class LoopSettings(StrictModel):
     question of its own ("Who was the founder of X?") from the documents found so far; when that answer is a name,
     the loop searches the question with the name in place of the description ("In which town was Halvard Penrick
     born?"), in the first search's mode, and the reader answers that question from that search's documents (it
-    refuses when they do not say). Within the budget; the trace step says ``by_loop`` with ``query_source``
+    refuses when they do not say; an answer read off a page that does not name the found entity is dropped, and the
+    whole question is read from the documents before that search). Within the budget; the trace step says ``by_loop`` with ``query_source``
     ``bridged_question``. Why: asked the whole question, the reader answers with the name on the first page, the
     description's entity, not what is asked of it (docs/research/2026-12-02-bridge-questions-read-in-two-steps.md).
     Before ``search_bridge_below`` and ``bridge_for_nested``, which do not run after it. Off (the default): the reader

@@ -148,3 +148,29 @@ def test_the_setting_resolves_from_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("ROUTERAG_POLICY__DECOMPOSE_BRIDGES", "true")
     assert Settings().policy.decompose_bridges is True
     assert LoopSettings().resolve().decompose_bridges is False  # off unless a card or a setting turns it on
+
+
+class CitingReads(Reads):
+    """A :class:`Reads` that cites the first document it reads."""
+
+    async def read(self, question: str, docs: list[RetrievedDoc]) -> ReaderAnswer:
+        from routerag.policy.citations import Citation
+
+        read = await super().read(question, docs)
+        doc = docs[0]
+        return ReaderAnswer(read.answer, read.score, Citation(doc.id, doc.title, doc.text) if read.answer else None)
+
+
+def test_an_answer_read_off_a_page_that_does_not_name_the_bridge_falls_back_to_the_whole_question() -> None:
+    """The bridged search found another man's page: its birthplace is no answer about the bridge entity."""
+    moll = ("Idris Moll", "Idris Moll was a violinist. He was born in Varn.")
+    pages = {"Orvell Tramway": [TRAMWAY], "In which town was Oswin Tarle born?": [moll]}
+    reader = CitingReads({"Who was the founder of the Orvell Tramway?": "Oswin Tarle",
+                          "In which town was Oswin Tarle born?": "Varn", QUESTION: "Orvell"})
+    cfg = LoopConfig(extractive_reader=reader, budget=2, k=2, decompose_bridges=True)
+    traj = asyncio.run(PolicyLoop(ScriptedGenerator(SCRIPT), PagesSearch(pages), cfg).run(QUESTION))
+    assert traj.searches == 2 and traj.answer == "Orvell"  # read whole, from the first search's documents
+    assert reader.asked[-1] == QUESTION
+    pages["In which town was Oswin Tarle born?"] = [TARLE]  # his own page: the bridged answer stands
+    traj = asyncio.run(PolicyLoop(ScriptedGenerator(SCRIPT), PagesSearch(pages), cfg).run(QUESTION))
+    assert traj.answer == "Varn" and reader.asked[-1] == "In which town was Oswin Tarle born?"

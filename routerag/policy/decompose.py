@@ -136,3 +136,17 @@ def is_bridged(query: str, question: str, docs: Sequence[RetrievedDoc]) -> bool:
         return False
     name = query[len(before): len(query) - len(after)]
     return any(name == d.title or name in d.text for d in docs)
+
+
+def names_bridge_entity(read: Any, docs: Sequence[RetrievedDoc], bridge: str) -> bool:
+    """Whether the document an answer was read from names the bridge entity, wholly or by one of its words of three
+    letters or more ("Wren" for "Tobias Wren"). Why: the bridged question's documents may not say what it asks, and
+    the reader then answers from another entity's page ("born in Lindqvist", on the concertmaster's page, for the
+    librettist's birthplace)."""
+    from ..metrics import normalize_answer
+
+    cited = next((d for d in docs if read.citation is not None and d.id == read.citation.id), None)
+    if cited is None:
+        return False
+    page = f" {normalize_answer(f'{cited.title} {cited.text}')} "
+    return any(f" {word} " in page for word in normalize_answer(bridge).split() if len(word) >= 3)

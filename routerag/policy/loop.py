@@ -43,7 +43,7 @@ from ..retrieval.types import QueryError, RetrievalResult, RetrievedDoc
 from ..vocabulary import Mode, ReaderPrompt, SegmentKind
 from .answering import Reader
 from .choices import undecided_options
-from .decompose import decompose, names_bridge
+from .decompose import decompose, names_bridge, names_bridge_entity
 from .grounding import QuerySource, ground, new_entity, rewrite_search
 from .nesting import is_nested
 from .parsing import STOP_STRINGS, Action, close_stop, is_refusal, parse_turn
@@ -345,8 +345,10 @@ class PolicyLoop:
         """``decompose_bridges``: a question describing what it asks about is read in two steps
         (:mod:`.decompose`): the description, asked as a question, from the documents so far; then, when that gave
         a name, the question with the name in its place, searched in the first search's mode and read from that
-        search's documents. None when the question has no description, the first read gave no name, or the budget
-        or the search leaves nothing to read: the question is then read as usual."""
+        search's documents. That answer stands only when the page it was read from names the found entity (a word of
+        it): else it was read off a page about someone else, and the whole question is read from the documents before
+        the second search. None when the question has no description, the first read gave no name, or the budget or
+        the search leaves nothing to read: the question is then read as usual."""
         traj, cfg = run.traj, run.cfg
         first = next((s for s in traj.steps if s.action == "search"), None)
         if not cfg.decompose_bridges or cfg.reader.extractive is None or first is None or first.mode is None \
@@ -364,7 +366,10 @@ class PolicyLoop:
         if len(traj.retrieved) == before or not traj.retrieved[-1].docs:
             return None
         traj.steps[-1].asked = parts.inner
-        return await self._read(run, traj.steps[-1].query, traj.retrieved[-1:])
+        read = await self._read(run, traj.steps[-1].query, traj.retrieved[-1:])
+        if read.abstained or names_bridge_entity(read, traj.retrieved[-1].docs, bridge.answer or ""):
+            return read
+        return await self._read(run, None, traj.retrieved[:-1])  # read from a page about someone else: read whole
 
     async def _read(self, run: _Run, question: str | None = None,
                     results: list[RetrievalResult] | None = None) -> ReaderAnswer:
