@@ -3,8 +3,8 @@
 import pytest
 
 from routerag.policy.answer_types import (NUMBER_TYPES, answer_type, asks_dimension, before_clause, counted_numbers,
-                                         names_common_noun, number_phrase, numbers_with_units, states_number,
-                                         whole_name)
+                                         leading_name, month_names, names_common_noun, number_phrase,
+                                         numbers_with_units, proper_words, states_number, whole_name)
 
 
 @pytest.mark.parametrize("question", [
@@ -188,3 +188,33 @@ def test_a_span_ends_before_the_clause_it_runs_on_into(span: str, expected: str)
 ])
 def test_a_quoted_title_does_not_ask(question: str, asked: str | None) -> None:
     assert answer_type(question) == asked
+
+
+@pytest.mark.parametrize(("question", "asked"), [
+    ("Name the architect of the Corvel Exchange.", "name"),  # an imperative asking for a person
+    ("Please name the first director of the Corvel Exchange.", "name"),
+    ("Name the year the Corvel Exchange opened.", "date"),
+    ("Name the river that flows through Corvel.", None),  # a thing: any span
+    ("In which month is the Corvel Fair held?", "month"),
+    ("What month did the Corvel Exchange open?", "month"),
+])
+def test_an_imperative_and_a_month_ask_for_their_type(question: str, asked: str | None) -> None:
+    assert answer_type(question) == asked
+
+
+def test_a_month_questions_span_holds_a_month_and_a_names_a_capitalised_word() -> None:
+    text = "The fair is held in October. He met Ilse Varga in Corvel."
+    assert [text[a:b] for a, b in month_names(text)] == ["October"]
+    assert [text[a:b] for a, b in proper_words(text)] == ["October", "Ilse", "Varga", "Corvel"]  # not "The", "He"
+
+
+@pytest.mark.parametrize(("span", "expected"), [
+    ("Ilse Varga and opened in 1858", "Ilse Varga"),
+    ("Corvel Engine Works for the Tarn Valley Railway", "Corvel Engine Works"),
+    ("Academy of Aumery", "Academy of Aumery"),  # "of" between two capitalised words
+    ("Aurel and Tomas Gansell", "Aurel and Tomas Gansell"),
+    ("the brothers Aurel and Tomas Gansell", "the brothers Aurel and Tomas Gansell"),  # opens lowercase: as it is
+    ("Corvel", "Corvel"),
+])
+def test_a_proper_name_is_cut_to_the_name_it_opens_with(span: str, expected: str) -> None:
+    assert leading_name(span) == expected

@@ -797,3 +797,17 @@ def test_a_later_documents_span_must_beat_the_penalty_for_its_place() -> None:
     assert alone.answer == "Tarsk"  # alone, the page is first: no penalty
     with pytest.raises(ValueError):
         reader.card.model_validate({**reader.card.model_dump(), "later_document_penalty": -1.0})
+
+
+@pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
+def test_the_shipped_card_answers_who_with_a_proper_name_and_a_month_with_a_month() -> None:
+    """``proper_names``: a "who" answer holds a capitalised word and stops where the name does; a month question is
+    answered by the month, not by the year beside it."""
+    reader = ExtractiveReader()
+    assert reader.card.proper_names
+    works = [RetrievedDoc("c", "Corvel (locomotive)", "The Corvel was a tank engine built by the Tarn Engine Works for "
+                                                      "the Orvell Valley Railway in 1868.", 1.0)]
+    assert reader.read_sync("Tell me who built the Corvel.", works).answer == "Tarn Engine Works"
+    fair = [RetrievedDoc("f", "Hessing Fair", "The Hessing Fair is held each year in October on the green at Hessing. "
+                                              "It was first held in 1799.", 1.0)]
+    assert reader.read_sync("In which month is the Hessing Fair held?", fair).answer == "October"

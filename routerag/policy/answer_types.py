@@ -24,6 +24,20 @@ from spacy.lang.en.stop_words import STOP_WORDS
 _WH_WORD = re.compile(r"\b(who|whom|whose|what|which|where|when|why|how)\b", re.IGNORECASE)
 _QUANTITY_AFTER_HOW = frozenset("many much tall long old high big far large wide deep heavy".split())
 _DATE_AFTER_WHAT = frozenset("year years decade century date".split())
+_MONTH_WORDS = frozenset({"month"})
+_MONTH = re.compile(r"\b(?:January|February|March|April|May|June|July|August|September|October|November|December)\b")
+_NAME_THE = re.compile(r"^\W*(?:please\s*,?\s*)?name\s+(?:the\s+|a\s+|an\s+)?(?P<nouns>[\w-]+(?:\s+[\w-]+)?)",
+                       re.IGNORECASE)
+"""An imperative naming what it asks for: "Name the architect ...", "Name the first director ..."."""
+PERSON_NOUNS = frozenset("""founder mayor architect designer director master wife husband son daughter painter builder
+engineer owner captain composer author woman man person writer poet chairman chair president king queen leader
+manager teacher student pupil mason sculptor curator librettist conductor singer actor actress inventor brother
+sister father mother partner head principal headmaster editor publisher surgeon physician minister governor bishop
+abbot priest merchant banker brewer keeper driver pilot chemist scientist dean rector warden successor predecessor
+apprentice clerk secretary treasurer organiser organizer benefactor patron commander general officer explorer
+navigator surveyor artist player coach""".split())
+"""Nouns for a person: "the founder of X" describes someone (a bridge, :mod:`.decompose`), and "Name the architect of
+X" asks for a name; "the population of X" does neither."""
 _COUNT_NOUNS = frozenset("population attendance capacity number".split())
 _MEASURE_NOUNS = frozenset("height length area elevation altitude depth width diameter distance weight age size"
                            .split())
@@ -48,11 +62,12 @@ _NUMBER_PHRASE = re.compile(rf"(?:{_DIGITS}|\b(?:{_WORDS})\b)(?:[\s-]+(?:{_WORDS
 not a name ("2002 NBA")."""
 
 
-AnswerType = Literal["count", "measure", "date", "name"]
+AnswerType = Literal["count", "measure", "date", "month", "name"]
 """What a question asks for: a count ("how many / much", "what is the population of": the number alone, "1,800"), a
 measure ("how tall / long / old / ...", "what is the height / area / age of": the number and its unit, "2,114
-metres"), a date ("when", "what year / decade / century / date": a span holding a number, not cut) or a name ("who",
-"whom", "where")."""
+metres"), a date ("when", "what year / decade / century / date": a span holding a number, not cut), a month ("in
+which month": a span holding a month's name) or a name ("who", "whom", "where", and "Name the architect of ...", an
+imperative asking for a person)."""
 
 
 _QUOTED = re.compile(r'"[^"]*"|“[^”]*”')
@@ -72,11 +87,13 @@ def _asking_word(question: str) -> tuple[str, str, str] | None:
 
 def answer_type(question: str) -> AnswerType | None:
     """What the question's first asking word asks for (None: any span): the first one decides, so "Who was king when
-    the bridge opened?" asks for a name."""
+    the bridge opened?" asks for a name. A question without one may be an imperative ("Name the architect of X.")."""
     asking = _asking_word(question)
     if asking is None:
-        return None
+        return _named_type(question)
     word, following, rest = asking
+    if word in ("what", "which") and following in _MONTH_WORDS:
+        return "month"
     if word == "how" and following in ("many", "much"):
         return "count"
     if word == "how" and following in _QUANTITY_AFTER_HOW:
@@ -86,6 +103,24 @@ def answer_type(question: str) -> AnswerType | None:
     if word in ("what", "which") and (noun := _asked_quantity(rest)):
         return "count" if noun in _COUNT_NOUNS else "measure"
     return "name" if word in ("who", "whom", "where") else None
+
+
+def _named_type(question: str) -> AnswerType | None:
+    """What an imperative "Name the NOUN ..." asks for, by its first or second word ("Name the first director"): a
+    person's name for a person noun ("Name the architect of X"), a date for "year" or "date"; None otherwise (any
+    span)."""
+    match = _NAME_THE.match(question)
+    for noun in match.group("nouns").lower().split() if match else []:
+        if noun in _DATE_AFTER_WHAT:
+            return "date"
+        if noun in PERSON_NOUNS or noun.removesuffix("s") in PERSON_NOUNS:
+            return "name"
+    return None
+
+
+def month_names(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` names a month ("in October"): the character ranges a month question's span must hold."""
+    return [(m.start(), m.end()) for m in _MONTH.finditer(text)]
 
 
 def _asked_quantity(after_what: str) -> str | None:
@@ -227,6 +262,38 @@ def before_clause(span: str) -> str:
     director"). Measured: docs/research/2026-11-28-quantity-questions.md (addendum of 2026-11-29)."""
     match = _CLAUSE_BREAK.search(span)
     return span[: match.start()].rstrip() if match and match.start() > 0 else span
+
+
+_CAPITALISED = re.compile(r"(?<![\w'’-])[A-Z][\w'’-]*")
+
+
+def proper_words(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` writes a capitalised word that is not a stop word ("Marrow", not "The" or "He"): what a proper
+    name's span must hold."""
+    return [(m.start(), m.end()) for m in _CAPITALISED.finditer(text) if _joins(m.group(0))]
+
+
+_LEAD_NAME_JOINS = frozenset({"of", "and", "&", "de", "von", "van", "der", "du", "la", "le"})
+
+
+def leading_name(span: str) -> str:
+    """A name's span without the lowercase words it runs on into ("Odile Marrow and opened in 1858" → "Odile
+    Marrow", "Brackwater Engine Works for the Fenwold Valley Railway" → "Brackwater Engine Works"): kept are the
+    capitalised words it opens with, and "of" or "and" between two of them ("Academy of Aumery", "Aurel and Tomas
+    Gansell"). Unchanged when it opens with a lowercase word or holds nothing after the name. Why: a "who" or
+    "where" answer is a name, and the span head often runs past it to the end of the clause; no answer key holds
+    the rest."""
+    words = span.split()
+    if not words or not words[0][:1].isupper():
+        return span
+    keep = 1
+    while keep < len(words):
+        word = words[keep]
+        joins = word.lower() in _LEAD_NAME_JOINS and keep + 1 < len(words) and words[keep + 1][:1].isupper()
+        if not (word[:1].isupper() or word[:1].isdigit() or joins):
+            break
+        keep += 2 if joins else 1
+    return " ".join(words[:keep]) if keep < len(words) else span
 
 
 def names_common_noun(title: str, text: str) -> bool:

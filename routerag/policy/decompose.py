@@ -26,16 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..retrieval.types import RetrievedDoc
+from .answer_types import PERSON_NOUNS
 from .grounding import content_words
 
-PERSON_NOUNS = frozenset("""founder mayor architect designer director master wife husband son daughter painter builder
-engineer owner captain composer author woman man person writer poet chairman chair president king queen leader
-manager teacher student pupil mason sculptor curator librettist conductor singer actor actress inventor brother
-sister father mother partner head principal headmaster editor publisher surgeon physician minister governor bishop
-abbot priest merchant banker brewer keeper driver pilot chemist scientist dean rector warden successor predecessor
-apprentice clerk secretary treasurer organiser organizer benefactor patron commander general officer explorer
-navigator surveyor artist player coach""".split())
-"""Nouns for a person: "the founder of X" describes someone (asked "Who was ...?"); "the population of X" does not."""
 _CLAUSES = frozenset({"relcl", "acl"})
 _ARTICLES = frozenset({"the", "a", "an"})
 _ONE_HOP = re.compile(r"\s*(?:(?:who|what|which\s+\w+)\s+(?:is|was|are|were)\s+(?:the\s+name\s+of\s+)?\{\}"

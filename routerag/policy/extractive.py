@@ -45,8 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..retrieval.types import RetrievedDoc
 from .answer_types import (NUMBER_TYPES, QUANTITY_TYPES, AnswerType, answer_type, asks_dimension, before_clause,
-                           counted_numbers, names_common_noun, number_phrase, numbers_with_units, person_name,
-                           states_number, whole_name)
+                           counted_numbers, leading_name, month_names, names_common_noun, number_phrase,
+                           numbers_with_units, person_name, proper_words, states_number, whole_name)
 from .choices import choice_options, dated_choice, option_forms
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
@@ -102,6 +102,10 @@ class ReaderCard(BaseModel):
     outbids the top page's right but unsure one. Nested questions (bridges) are exempt: their answer is on a page
     retrieval ranks lower (docs/research/2026-12-01-later-documents-weigh-less.md). Abstention reads the best
     span's score wherever it stands, so the penalty changes which span answers, not whether one does."""
+    proper_names: bool = False
+    """A "who" or "where" answer is a proper name: its span holds a capitalised word that is not a stop word (not
+    "actress", "mining village"; :func:`~routerag.policy.answer_types.proper_words`), and it is cut to the name it
+    opens with ("Odile Marrow and opened in 1858" → "Odile Marrow"; :func:`~routerag.policy.answer_types.leading_name`)."""
     whole_names: bool = False
     """Grow a free span that cuts a name short over the capitalised words next to it ("Brackwater Engine" →
     "Brackwater Engine Works"; :func:`~routerag.policy.answer_types.whole_name`); not a number's span."""
@@ -464,6 +468,8 @@ class ExtractiveReader:
                                     name_for=question if self.card.whole_names else None)
         quantity = asked in QUANTITY_TYPES
         answer = person_name(question, answer if quantity else before_clause(answer))
+        if asked == "name" and self.card.proper_names:
+            answer = leading_name(answer)
         score = math.exp(max(logp_w for logp_w, _, _ in spans))  # whether any page answers, wherever it stands
         if not answer or span_refused(score, self.card, lambda: answer_supported(question, answer, citation),
                                       lambda: documents_state_asked(question, docs), number=quantity):
@@ -495,11 +501,15 @@ class ExtractiveReader:
             needs.append(tokens_in(enc, seq_ids, [counted_numbers(text) for text, _ in contexts]))
         elif asked in NUMBER_TYPES:
             needs.append(number_tokens(self.tokenizer, ids, seq_ids))
+        if asked == "month":
+            needs.append(tokens_in(enc, seq_ids, [month_names(text) for text, _ in contexts]))
         if asked == "name":
             owners = enc["overflow_to_sample_mapping"].tolist()
             common = [names_common_noun(d.title or "", d.text) for d in docs]
             needs.append([[sid == 1 and bool(body or not common[owners[w]])
                            for sid, body in zip(seq_ids[w], in_body[w])] for w in range(len(owners))])
+            if self.card.proper_names:
+                needs.append(tokens_in(enc, seq_ids, [proper_words(text) for text, _ in contexts]))
         return needs
 
     def _choose(self, question: str, options: list[str], enc: Any, start: Any, end: Any,
@@ -548,7 +558,8 @@ def _located(enc: Any, window: int, start: int, end: int, contexts: list[tuple[s
              dimension: bool = False, name_for: str | None = None) -> tuple[str, Citation]:
     """The text of tokens ``start``..``end`` of a window (spaces collapsed) and its citation: the document and the
     sentence that hold it. A count or a measure (``asked``) is cut to the number phrase in the span, a measure's
-    with its unit, a ``dimension``'s the first one with a unit (:func:`.answer_types.number_phrase`); with
+    with its unit, a ``dimension``'s the first one with a unit (:func:`.answer_types.number_phrase`), a month to the
+    first month's name in it; with
     ``name_for`` (the question, when the card sets ``whole_names``), any other span is grown to the whole name it
     cuts short (:func:`.answer_types.whole_name`)."""
     offsets = enc["offset_mapping"][window].tolist()
@@ -558,6 +569,8 @@ def _located(enc: Any, window: int, start: int, end: int, contexts: list[tuple[s
     if asked in QUANTITY_TYPES:
         a, b = number_phrase(text, a, b, unit=asked == "measure", needs_unit=dimension,
                              counted=asked == "count") or (a, b)
+    elif asked == "month":
+        a, b = next(((m, n) for m, n in month_names(text) if m < b and n > a), (a, b))
     elif name_for is not None and asked not in NUMBER_TYPES:
         a, b = whole_name(text, a, b, name_for)
     doc = docs[doc_i]
