@@ -17,7 +17,9 @@ one thing and returning the next state, with everything the trajectory carries i
   with ``search_options``, a choice question's options the documents leave undecided are searched before it reads;
   with ``search_bridge_below``, an answer read from a free span below that score gets one more search, the bridge
   entity of the first search's top document, and the reader reads again (with ``bridge_for_nested``, any free span
-  read of a question that describes what it asks about without naming it).
+  read of a question that describes what it asks about without naming it). With ``decompose_bridges`` such a
+  question is first read in two steps instead (:mod:`.decompose`): the description's own question, then the
+  question with that answer in its place, searched and read.
 
 A turn past the response's token budget is not generated: the trajectory is cut off without an answer
 (→ ``ANSWER``), which an extractive reader still reads (a forced turn that gave no answer, too). Every turn is
