@@ -13,9 +13,9 @@ from routerag.policy import LoopConfig, PolicyLoop
 from routerag.policy.decompose import decompose, is_bridged, names_bridge
 from routerag.policy.extractive import ExtractiveReader, ReaderAnswer, shipped_reader_path
 from routerag.policy.grounding import is_grounded
-from routerag.retrieval.types import RetrievalResult, RetrievedDoc
+from routerag.retrieval.types import RetrievedDoc
 
-from .helpers.scripted import ScriptedGenerator
+from .helpers.scripted import PagesSearch, ScriptedGenerator
 
 pytest.importorskip("spacy")
 
@@ -67,18 +67,6 @@ def test_only_a_name_stands_in_for_the_description(answer: str, expected: bool) 
 QUESTION = "In which town was the founder of the Orvell Tramway born?"
 TRAMWAY = ("Orvell Tramway", "The Orvell Tramway opened in 1872. It was founded by Oswin Tarle, a brewer.")
 TARLE = ("Oswin Tarle", "Oswin Tarle (1831-1899) was a brewer. He was born in Hessing and moved to Orvell in 1860.")
-
-
-class PagesSearch:
-    """Canned pages by query, recording each search."""
-
-    def __init__(self, pages: dict[str, list[tuple[str, str]]]) -> None:
-        self.pages, self.calls = pages, []
-
-    async def search(self, query: str, mode: str, k: int) -> RetrievalResult:
-        self.calls.append((query, mode, k))
-        docs = [RetrievedDoc(f"id-{t}", t, text, 1.0) for t, text in self.pages.get(query, [])][:k]
-        return RetrievalResult(query, mode, docs, {"dense": 1.0})
 
 
 PAGES = {"Orvell Tramway": [TRAMWAY], "In which town was Oswin Tarle born?": [TARLE, TRAMWAY]}

@@ -23,7 +23,7 @@ from training.reader_data import (SpanExample, build_examples, comparison_yes_no
                                   hotpot_split, locate, popqa_pair_yes_no, popqa_paraphrases, popqa_split,
                                   popqa_yes_no, read_question_file, retrieved_distractors)
 
-from .helpers.scripted import FakeSearch, ScriptedGenerator
+from .helpers.scripted import FakeSearch, PagesSearch, ScriptedGenerator
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 POPQA = DATA / "popqa" / "popqa_dev.json"
@@ -605,20 +605,6 @@ def test_search_options_searches_the_option_the_documents_do_not_mention() -> No
     assert len(search.calls) == 1
 
 
-class _PagesSearch:
-    """Canned pages by query (title, text), recording each search; a search past its pages returns none."""
-
-    def __init__(self, pages: dict[str, list[tuple[str, str]]]) -> None:
-        self.pages, self.calls = pages, []
-
-    async def search(self, query: str, mode: str, k: int):
-        from routerag.retrieval.types import RetrievalResult
-
-        self.calls.append((query, mode, k))
-        docs = [RetrievedDoc(f"id-{t}", t, text, 1.0) for t, text in self.pages.get(query, [])][:k]
-        return RetrievalResult(query, mode, docs, {"dense": 1.0})
-
-
 class _SureOnlyWith(_Verdicts):
     """An unsure free span (0.01; or an abstention) until the documents hold a given page, then a sure one; or a set
     kind of read."""
@@ -642,7 +628,7 @@ def test_search_bridge_below_searches_the_first_pages_new_entity_when_the_reader
                            ("Anna Lind", "Anna Lind is a composer. She was born in Tarsk.")]}
     script = ["<search>[graph] The Glass Weir</search>", "<answer>somewhere</answer>"]
     cfg = LoopConfig(extractive_reader=_SureOnlyWith("Anna Lind"), budget=2, k=2, search_bridge_below=0.05)
-    search = _PagesSearch(pages)
+    search = PagesSearch(pages)
     traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, cfg).run(question))
     assert traj.answer == "Tarsk" and cfg.extractive_reader.reads == 2
     assert search.calls[-1] == ("Anna Lind", "graph", 2 + 2)  # the first page's new entity, its mode, k more
@@ -670,14 +656,14 @@ def test_bridge_for_nested_hops_from_a_nested_question_whatever_the_reader_says(
     script = ["<search>[graph] The Glass Weir</search>", "<answer>somewhere</answer>"]
     cfg = LoopConfig(budget=2, k=2, bridge_for_nested=True)
     for reader in (_SureOnlyWith("Anna Lind", unsure=None), _Verdicts(ReaderAnswer("Lind", 0.9))):
-        search = _PagesSearch(pages)
+        search = PagesSearch(pages)
         traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, replace(cfg, extractive_reader=reader))
                            .run(nested))
         assert search.calls[-1] == ("Anna Lind", "graph", 2 + 2) and traj.steps[-1].by_loop
     assert traj.answer == "Lind"  # a sure read hops too, and the reader reads everything again
     named = "Where was the composer of The Glass Weir born?"
     for off, question in ((cfg, named), (replace(cfg, bridge_for_nested=False), nested)):
-        search = _PagesSearch(pages)
+        search = PagesSearch(pages)
         reader = _SureOnlyWith("Anna Lind", unsure=None)
         traj = asyncio.run(PolicyLoop(ScriptedGenerator(script), search, replace(off, extractive_reader=reader))
                            .run(question))

@@ -113,9 +113,14 @@ def _named_type(question: str) -> AnswerType | None:
     for noun in match.group("nouns").lower().split() if match else []:
         if noun in _DATE_AFTER_WHAT:
             return "date"
-        if noun in PERSON_NOUNS or noun.removesuffix("s") in PERSON_NOUNS:
+        if is_person_noun(noun):
             return "name"
     return None
+
+
+def is_person_noun(word: str) -> bool:
+    """Whether a lowercase noun, singular or plural, names a person (:data:`PERSON_NOUNS`)."""
+    return word in PERSON_NOUNS or word.removesuffix("s") in PERSON_NOUNS
 
 
 def month_names(text: str) -> list[tuple[int, int]]:

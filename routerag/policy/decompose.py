@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..metrics import normalize_answer
 from ..retrieval.types import RetrievedDoc
-from .answer_types import PERSON_NOUNS
+from .answer_types import is_person_noun
 from .grounding import content_words
 
 _CLAUSES = frozenset({"relcl", "acl"})
@@ -52,11 +53,6 @@ class Decomposition:
         return self.template.replace("{}", bridge, 1)
 
 
-def _is_person(token: Any) -> bool:
-    word = token.lower_
-    return word in PERSON_NOUNS or (word.endswith("s") and word[:-1] in PERSON_NOUNS)
-
-
 def _bare_participle(token: Any) -> bool:
     """"born" in "was the founder of X born?": the parse hangs the question's own verb on the noun."""
     return token.dep_ in _CLAUSES and token.tag_ == "VBN" and len(list(token.subtree)) == 1
@@ -70,7 +66,7 @@ def _describes(token: Any) -> bool:
     for child in token.children:
         if child.dep_ in _CLAUSES and not _bare_participle(child):
             return True
-        if child.dep_ == "prep" and child.lower_ == "of" and _is_person(token):
+        if child.dep_ == "prep" and child.lower_ == "of" and is_person_noun(token.lower_):
             objects = [g for g in child.children if g.dep_ == "pobj"]
             if objects and any(t.pos_ == "PROPN" for t in objects[0].subtree):
                 return True
@@ -104,7 +100,7 @@ def decompose(question: str) -> Decomposition | None:
     if "," in text or _ONE_HOP.fullmatch(template) or re.search(r"\b(?:what|how)\b", text, re.IGNORECASE) \
             or not _ASKING.search(template.replace("{}", "")):
         return None
-    asked = "Who was" if _is_person(head) else "What is"
+    asked = "Who was" if is_person_noun(head.lower_) else "What is"
     return Decomposition(text, f"{asked} {text}?", template)
 
 
@@ -136,8 +132,6 @@ def names_bridge_entity(read: Any, docs: Sequence[RetrievedDoc], bridge: str) ->
     letters or more ("Wren" for "Tobias Wren"). Why: the bridged question's documents may not say what it asks, and
     the reader then answers from another entity's page ("born in Lindqvist", on the concertmaster's page, for the
     librettist's birthplace)."""
-    from ..metrics import normalize_answer
-
     cited = next((d for d in docs if read.citation is not None and d.id == read.citation.id), None)
     if cited is None:
         return False

@@ -59,6 +59,19 @@ class FakeSearch:
         return RetrievalResult(query, mode, docs, {"dense": self.ms})
 
 
+class PagesSearch:
+    """Canned pages by query (title, text), recording each search; a query it has no pages for returns none."""
+
+    def __init__(self, pages: dict[str, list[tuple[str, str]]]) -> None:
+        self.pages = pages
+        self.calls: list[tuple[str, Mode, int]] = []
+
+    async def search(self, query: str, mode: Mode, k: int) -> RetrievalResult:
+        self.calls.append((query, mode, k))
+        docs = [RetrievedDoc(f"id-{t}", t, text, 1.0) for t, text in self.pages.get(query, [])][:k]
+        return RetrievalResult(query, mode, docs, {"dense": 1.0})
+
+
 class CharTokenizer:
     """A toy tokenizer (one token per character) so token bookkeeping can be checked by hand."""
 
