@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import threading
 from pathlib import Path
 
 from ..corpus import content_hash
@@ -17,6 +18,10 @@ from ..corpus import content_hash
 from .base import OpenIEResult, clean_entities, clean_triples
 
 log = logging.getLogger(__name__)
+_LITERAL_EVAL_LOCK = threading.Lock()
+"""CPython 3.11's AST conversion keeps its recursion depth in interpreter-wide state: two threads in
+``ast.literal_eval`` at once raise ``SystemError: AST constructor recursion depth mismatch`` (seen when two
+writers add to one index with HippoRAG v1 results at the same time, tests/test_index_writes.py)."""
 
 
 class OpenIEImportError(ValueError):
@@ -65,7 +70,8 @@ def _as_list(value: object) -> object:
         try:
             return json.loads(value)
         except json.JSONDecodeError:
-            return ast.literal_eval(value)  # HippoRAG v1 stored Python reprs; literal_eval runs no code
+            with _LITERAL_EVAL_LOCK:  # not thread-safe on 3.11 (see the lock)
+                return ast.literal_eval(value)  # HippoRAG v1 stored Python reprs; literal_eval runs no code
     return value
 
 
