@@ -247,7 +247,9 @@ def popqa_pair_yes_no(rows: Sequence[dict]) -> list[SpanExample]:
 
 
 def read_question_file(path: str | Path) -> list[dict]:
-    """Rows of a ``routerag make-questions`` file (JSONL), with a located error for a bad line."""
+    """Rows of a ``routerag make-questions`` file (JSONL), with a located error for a bad line. A hand-written file
+    may name its gold passages by title (``"supporting": ["Title", ...]``); those are looked up in the
+    ``corpus.jsonl`` beside it (:func:`resolve_supporting_titles`)."""
     rows = []
     for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
@@ -255,15 +257,65 @@ def read_question_file(path: str | Path) -> list[dict]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{n}: not a JSON line ({exc.msg})") from None
+    if any(isinstance(p, str) for r in rows for p in r.get("supporting", [])):
+        rows = resolve_supporting_titles(rows, Path(path))
     return rows
+
+
+def resolve_supporting_titles(rows: Sequence[dict], path: Path) -> list[dict]:
+    """Hand-written questions name their gold passages by title; the passages come from the ``corpus.jsonl`` in
+    the question file's folder (the layout of ``training/handwritten/<set>/``), so a title that is not there fails
+    here, with its line, instead of training on a question without its passage."""
+    corpus = path.parent / "corpus.jsonl"
+    if not corpus.is_file():
+        raise FileNotFoundError(f"{path}: its questions name passages by title, but {corpus} is missing")
+    pages = {}
+    for n, line in enumerate(corpus.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                page = json.loads(line)
+                pages[page["title"]] = {"title": page["title"], "text": page["text"]}
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ValueError(f"{corpus}:{n}: not a passage with a title and a text ({exc})") from None
+    out = []
+    for n, r in enumerate(rows, 1):
+        missing = [t for t in r.get("supporting", []) if isinstance(t, str) and t not in pages]
+        if missing:
+            raise ValueError(f"{path}: question {r.get('id', n)} names {missing[0]!r}, which {corpus} lacks")
+        out.append({**r, "supporting": [pages[t] if isinstance(t, str) else t for t in r.get("supporting", [])]})
+    return out
+
+
+YES_NO_ANSWERS = frozenset({"yes", "no"})
+
+
+def is_yes_no_row(row: dict) -> bool:
+    """A hand-written comparison answered "yes" or "no": trained on the yes/no head, not as a span."""
+    answers = {str(a).strip().lower() for a in row.get("answers", []) if a}
+    return len(answers) == 1 and answers <= YES_NO_ANSWERS
+
+
+def yes_no_rows_examples(rows: Sequence[dict], source: str) -> list[SpanExample]:
+    """Questions answered yes or no, on all their gold passages in one context (a comparison needs both)."""
+    out = []
+    for r in rows:
+        pages = r.get("supporting", [])
+        if not is_yes_no_row(r) or not pages:
+            continue
+        text = "\n".join([pages[0]["text"]] + [f"{p['title']}\n{p['text']}" for p in pages[1:]])
+        yes = str(r["answers"][0]).strip().lower() == "yes"
+        out.append(SpanExample(r["question"], pages[0]["title"], text, yes_no=yes, source=f"{source}-yesno"))
+    return out
 
 
 def corpus_question_examples(rows: Sequence[dict], source: str) -> list[SpanExample]:
     """Each question on each gold passage (labelled by where the answer is) and on one other question's passage."""
     rng = random.Random(SPLIT_SEED + 4)
     passages = [p for r in rows for p in r.get("supporting", [])]
-    out = []
+    out = yes_no_rows_examples(rows, source)
     for r in rows:
+        if is_yes_no_row(r):
+            continue
         answers = [a for a in r.get("answers", []) if a]
         for p in r.get("supporting", []):
             out.append(labelled(r["question"], p["title"], p["text"], answers, f"{source}-{r.get('type', '')}"))
@@ -325,7 +377,7 @@ def retrieved_distractors(rows: Sequence[dict], retrieved: dict[str, list[tuple[
     ("1998") as a second source. One per question (the highest ranked) by default: with every distractor they were
     42% of the MuSiQue recipe's examples and outnumbered the answers three to one."""
     out = []
-    for r in rows:
+    for r in (x for x in rows if not is_yes_no_row(x)):
         gold = {(p["title"], p["text"]) for p in r.get("supporting", [])}
         answers = [a for a in r.get("answers", []) if a]
         kept = 0
@@ -339,6 +391,13 @@ def retrieved_distractors(rows: Sequence[dict], retrieved: dict[str, list[tuple[
                 out.append(ex)
                 kept += 1
     return out
+
+
+def question_source(path: str | Path) -> str:
+    """The name a question file's examples are counted under in the card's ``trained.data``: its stem, or its
+    folder's name for a set's ``questions.jsonl`` (``training/handwritten/<set>/``), so sets stay apart."""
+    path = Path(path)
+    return path.parent.name if path.stem == "questions" else path.stem
 
 
 def build_examples(popqa: Path | None, hotpot: Path | None, index: Path | None = None,
@@ -356,11 +415,11 @@ def build_examples(popqa: Path | None, hotpot: Path | None, index: Path | None =
         examples += popqa_examples(train, retrieved) + popqa_negatives(train) + popqa_yes_no(train)
         examples += popqa_paraphrases(train) + popqa_pair_yes_no(train)
     for n, path in enumerate(questions):
-        rows = read_question_file(path)
-        examples += corpus_question_examples(rows, Path(path).stem) + comparison_yes_no(rows, Path(path).stem)
+        rows, source = read_question_file(path), question_source(path)
+        examples += corpus_question_examples(rows, source) + comparison_yes_no(rows, source)
         if questions_index:
             found = retrieved_documents(questions_index[n], [r["question"] for r in rows], modes=("graph",))
-            examples += retrieved_distractors(rows, found, Path(path).stem)
+            examples += retrieved_distractors(rows, found, source)
     if hotpot is not None:
         train, _ = hotpot_split(hotpot)
         examples += hotpot_examples(train)

@@ -43,6 +43,11 @@ class ReaderTrainConfig:
     abstain_below: float = 0.01
     max_steps: int | None = None
     """Stop (and schedule the learning rate to end) here, before the epochs are done: a run bounded in time."""
+    init: Path | None = None
+    """A trained reader folder to start from instead of the base: fine-tuning a shipped reader on new data costs
+    minutes where retraining its recipe costs most of an hour per member."""
+    init_member: int = 0
+    """Which of ``init``'s members (0 = ``reader.safetensors``) to start from."""
 
 
 @dataclass(slots=True)
@@ -109,6 +114,22 @@ def batch_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return loss
 
 
+def start_from_member(model: Any, cfg: ReaderTrainConfig) -> None:
+    """Put one member of a trained reader over the fresh model. Its layers must be the ones this run trains: a
+    member's tensors cover only its own trained layers, so any other layer would silently restart from the base."""
+    from routerag.policy.extractive import load_member, member_files, read_reader_card
+
+    card = read_reader_card(cfg.init)
+    names = member_files(card)
+    if not 0 <= cfg.init_member < len(names):
+        raise ValueError(f"--init-member {cfg.init_member}: {cfg.init} has {len(names)} member(s) (0-{len(names) - 1})")
+    if tuple(card.trained_layers) != tuple(cfg.trained_layers):
+        raise ValueError(f"--init {cfg.init}: its trained layers {card.trained_layers} differ from --layers "
+                         f"{list(cfg.trained_layers)}; train the same layers it ships")
+    member = load_member(Path(cfg.init) / names[cfg.init_member], card)
+    model.load_state_dict(member.state_dict())
+
+
 def freeze_base(model: Any, trained_layers: Sequence[int]) -> list[dict[str, Any]]:
     """Freeze all but the trained layers and the heads; the optimiser's parameter groups (heads learn faster)."""
     keep = tuple(f"bert.encoder.layer.{i}." for i in trained_layers)
@@ -170,6 +191,8 @@ def train_reader(examples: Sequence[SpanExample], out: Path, cfg: ReaderTrainCon
     tokenizer = AutoTokenizer.from_pretrained(base)
     windows = featurize(examples, tokenizer, card)
     model = build_span_model()  # seeds torch with 0: every seed's heads start alike, and so does dropout's stream
+    if cfg.init is not None:
+        start_from_member(model, cfg)
     groups = freeze_base(model, cfg.trained_layers)
     groups[0]["lr"], groups[1]["lr"] = cfg.lr, cfg.head_lr
     optimizer = torch.optim.AdamW(groups, weight_decay=0.01)
@@ -210,6 +233,7 @@ def train_reader(examples: Sequence[SpanExample], out: Path, cfg: ReaderTrainCon
                          "scheduled_steps": total,
                          "trained_layers": list(cfg.trained_layers),
                          "batch_size": cfg.batch_size, "lr": cfg.lr, "head_lr": cfg.head_lr, "seed": cfg.seed,
+                         **({"init": str(cfg.init), "init_member": cfg.init_member} if cfg.init else {}),
                          **(provenance or {})})
     final = out / "reader"
     with staged_directory(final) as tmp:

@@ -55,6 +55,12 @@ def train_reader_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the batch order (every seed's heads start from one "
                                            "initialisation): two seeds of one recipe tell a gain from retraining "
                                            "noise.")] = 0,
+    init: Annotated[Optional[Path], typer.Option(
+        "--init", help="A trained reader folder to fine-tune instead of starting from the base MiniLM "
+                       "(routerag/policy/weights/minilm-reader: the shipped one); --layers must be its layers.")]
+        = None,
+    init_member: Annotated[int, typer.Option(min=0, help="Which member of --init's reader to start from "
+                                                         "(0 = reader.safetensors).")] = 0,
     export: Annotated[bool, typer.Option("--export", help="Train nothing: write OUT/reader from the latest "
                                                           "checkpoint of a run stopped early.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
@@ -65,13 +71,13 @@ def train_reader_cmd(
     setup_logging(verbose)
     import torch
 
-    from training.reader_data import build_examples, data_summary
+    from training.reader_data import build_examples, data_summary, question_source
     from training.reader_train import ReaderTrainConfig, train_reader
 
     torch.set_num_threads(threads)
     for name, path in (("--popqa", popqa), ("--hotpot", hotpot), ("--index", index),
                        *(("--questions", q) for q in questions or []),
-                       *(("--questions-index", q) for q in questions_index or [])):
+                       *(("--questions-index", q) for q in questions_index or []), ("--init", init)):
         if path is not None and not path.exists():
             raise FileNotFoundError(f"{name} {path}: no such file or folder")
     if popqa is None and hotpot is None and not questions:
@@ -82,11 +88,12 @@ def train_reader_cmd(
     examples = build_examples(popqa, hotpot, index, questions or [], questions_index or [])
     console.print(f"{len(examples)} examples: {data_summary(examples)}")
     cfg = ReaderTrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, head_lr=head_lr, trained_layers=trained,
-                            max_length=max_length, save_every=save_every, max_steps=max_steps, seed=seed)
+                            max_length=max_length, save_every=save_every, max_steps=max_steps, seed=seed,
+                            init=init, init_member=init_member)
     provenance = {"popqa": "first 300 of popqa_dev.json after random.Random(0).shuffle" if popqa else None,
                   "hotpot": "first half of each type of hotpotqa_100.json after random.Random(0).shuffle"
                   if hotpot else None, "retrieved_from": str(index) if index else None,
-                  "questions": [q.name for q in questions or []],
+                  "questions": [question_source(q) for q in questions or []],
                   "questions_retrieved_from": [str(q) for q in questions_index or []] or None}
 
     def show(row: dict) -> None:
