@@ -530,6 +530,28 @@ def test_the_shipped_card_grows_cut_names_and_holds_numbers_to_their_own_thresho
 
 
 @pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
+def test_a_span_that_states_what_was_asked_is_preferred_within_the_margin() -> None:
+    """``prefer_supported_within``: the best span ("Ivo Castellane", read off "Designed by the architect ...") does
+    not state "built"; the Kestrel page's span, 0.45 log-probability below it, does, and answers. A supported best
+    span stands, and so does an unsupported one with no supported rival within the margin."""
+    reader = ExtractiveReader()
+    station = RetrievedDoc("c", "Carrowmere Station", "Carrowmere Station is the principal railway station of "
+                           "Carrowmere. Designed by the architect Ivo Castellane, it opened in 1864. The station has "
+                           "four platforms beneath an iron and glass roof.", 1.0)
+    kestrel = RetrievedDoc("k", "Kestrel", "The Kestrel was a locomotive built by the Brackwater Engine Works in 1860 "
+                           "for the Fenwold Valley Railway.", 0.5)
+    maker, architect = "Who built the Kestrel?", "Who designed Carrowmere Station?"
+    unsure = reader.read_sync(maker, [station, kestrel])
+    reader.card = reader.card.model_copy(update={"prefer_supported_within": 0.5})
+    preferred = reader.read_sync(maker, [station, kestrel])
+    assert preferred.answer == "Brackwater Engine Works" and preferred.citation.title == "Kestrel"
+    assert preferred.score == unsure.score  # abstention still reads the best span's score
+    assert reader.read_sync(architect, [station, kestrel]).answer == "Ivo Castellane"
+    reader.card = reader.card.model_copy(update={"prefer_supported_within": 0.0})
+    assert reader.read_sync(maker, [station, kestrel]).answer == unsure.answer
+
+
+@pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
 def test_a_choice_question_is_answered_by_one_of_its_options() -> None:
     """The answer of "A or B?" is a span of the question: the reader answers with the option (as the question
     writes it) whose mention it scores best, cited where the documents mention it; with neither mentioned, it reads

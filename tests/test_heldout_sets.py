@@ -31,7 +31,8 @@ def _norm(text: str) -> str:
 
 def test_there_are_sealed_sets() -> None:
     assert {"tarrowmere", "brindlemoor", "caldwick", "merrowgate", "quellin", "coastal", "askerry", "wrenbury",
-            "vessandra", "carrickvale", "hollowaystaithe", "brannoch", "dunmarrow", "skarrholm", "fellgarth"} <= SEALED
+            "vessandra", "carrickvale", "hollowaystaithe", "brannoch", "dunmarrow", "skarrholm", "fellgarth", "quarrendon", "ellisveig",
+            "tamsworth"} <= SEALED
 
 
 @pytest.mark.parametrize("folder", WRITTEN_BY_PROMPT, ids=lambda p: p.name)

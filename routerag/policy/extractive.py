@@ -109,6 +109,13 @@ class ReaderCard(BaseModel):
     whole_names: bool = False
     """Grow a free span that cuts a name short over the capitalised words next to it ("Brackwater Engine" →
     "Brackwater Engine Works"; :func:`~routerag.policy.answer_types.whole_name`); not a number's span."""
+    prefer_supported_within: float | None = Field(None, ge=0)
+    """When the best span's sentence does not state what the question asks
+    (:func:`~routerag.policy.support.answer_supported`) and another window's best span, at most this much
+    log-probability below it, does, that span answers; None: the best span, supported or not. Why: a fine-tuned
+    reader answered "Who built the Kestrel?" with the architect of the station on the page before it (0.15), over
+    "built by the Brackwater Engine Works" (0.10) on the Kestrel's own page. Abstention still reads the best span's
+    score."""
     members: int = Field(1, ge=1)
     """Trained weight sets whose logits the reader averages (``routerag merge-readers``): one run's answers move by up
     to 10 EM points on a set with its seed, and the mean of two seeds read better than either (docs/training.md)."""
@@ -461,11 +468,15 @@ class ExtractiveReader:
         spans = best_spans(start, end, seq_ids, self.card.max_answer_tokens, in_body,
                            self._span_needs(question, asked, dimension, enc, seq_ids, in_body, docs, contexts))
         w = self._best_window(question, spans, owners)
-        logp, s, e = spans[w]
-        if logp == float("-inf"):
+        if spans[w][0] == float("-inf"):
             return ReaderAnswer(None, 0.0)
-        answer, citation = _located(enc, w, s, e, contexts, docs, asked=asked, dimension=dimension,
-                                    name_for=question if self.card.whole_names else None)
+
+        def locate(i: int) -> tuple[str, Citation | None]:
+            return _located(enc, i, spans[i][1], spans[i][2], contexts, docs, asked=asked, dimension=dimension,
+                            name_for=question if self.card.whole_names else None)
+
+        w = self._supported_window(question, spans, w, locate)
+        answer, citation = locate(w)
         quantity = asked in QUANTITY_TYPES
         answer = person_name(question, answer if quantity else before_clause(answer))
         if asked == "name" and self.card.proper_names:
@@ -484,6 +495,24 @@ class ExtractiveReader:
         if penalty > 0 and is_nested(question):  # parsed only when a penalty is set
             penalty = 0.0
         return max(range(len(spans)), key=lambda i: spans[i][0] - penalty * owners[i])
+
+    def _supported_window(self, question: str, spans: list[tuple[float, int, int]], best: int,
+                          locate: Callable[[int], tuple[str, Citation | None]]) -> int:
+        """``best``, unless its span's sentence does not state what was asked and a window within
+        ``prefer_supported_within`` of it does (the highest such); only parses when the card sets a margin."""
+        margin = self.card.prefer_supported_within
+        if margin is None:
+            return best
+
+        def supported(i: int) -> bool:
+            answer, citation = locate(i)
+            return bool(answer) and answer_supported(question, answer, citation)
+
+        if supported(best):
+            return best
+        floor = spans[best][0] - margin
+        rivals = sorted((i for i in range(len(spans)) if i != best and spans[i][0] >= floor), key=lambda i: -spans[i][0])
+        return next((i for i in rivals if spans[i][0] > float("-inf") and supported(i)), best)
 
     def _span_needs(self, question: str, asked: AnswerType | None, dimension: bool, enc: Any,
                     seq_ids: list[list[int | None]], in_body: list[list[int]], docs: Sequence[RetrievedDoc],
