@@ -502,6 +502,15 @@ def test_the_shipped_reader_reads_a_birthplace_and_cites_its_sentence() -> None:
                                                                 "He was born in Tarsk and worked in Ossel.")
 
 
+def _station_and_kestrel() -> tuple[RetrievedDoc, RetrievedDoc]:
+    """A station's page, whose architect a reader may take for the builder asked of the locomotive's page after it."""
+    return (RetrievedDoc("c", "Carrowmere Station", "Carrowmere Station is the principal railway station of "
+                         "Carrowmere. Designed by the architect Ivo Castellane, it opened in 1864. The station has "
+                         "four platforms beneath an iron and glass roof.", 1.0),
+            RetrievedDoc("k", "Kestrel", "The Kestrel was a locomotive built by the Brackwater Engine Works in 1860 "
+                         "for the Fenwold Valley Railway.", 0.5))
+
+
 @pytest.mark.skipif(not (shipped_reader_path() / "reader_card.json").is_file(), reason="no shipped reader")
 def test_the_shipped_card_grows_cut_names_and_holds_numbers_to_their_own_threshold() -> None:
     """The span head stops "Brackwater Engine Works" after "Engine": the shipped card's ``whole_names`` grows the
@@ -511,11 +520,7 @@ def test_the_shipped_card_grows_cut_names_and_holds_numbers_to_their_own_thresho
     the fine-tuned reader's known miss, in docs/research/2026-12-02-a-reader-fine-tuned-on-hand-written-questions.md.)"""
     reader = ExtractiveReader()
     assert reader.card.whole_names and reader.card.abstain_number_below == 0.0008
-    station = RetrievedDoc("c", "Carrowmere Station", "Carrowmere Station is the principal railway station of "
-                           "Carrowmere. Designed by the architect Ivo Castellane, it opened in 1864. The station has "
-                           "four platforms beneath an iron and glass roof.", 1.0)
-    kestrel = RetrievedDoc("k", "Kestrel", "The Kestrel was a locomotive built by the Brackwater Engine Works in 1860 "
-                           "for the Fenwold Valley Railway.", 0.5)
+    station, kestrel = _station_and_kestrel()
     count, maker = "How many platforms does Carrowmere Station have?", "Who built the Kestrel?"
     assert reader.read_sync(count, [station, kestrel]).answer == "four"
     assert reader.read_sync(maker, [kestrel]).answer == "Brackwater Engine Works"
@@ -535,11 +540,7 @@ def test_a_span_that_states_what_was_asked_is_preferred_within_the_margin() -> N
     not state "built"; the Kestrel page's span, 0.45 log-probability below it, does, and answers. A supported best
     span stands, and so does an unsupported one with no supported rival within the margin."""
     reader = ExtractiveReader()
-    station = RetrievedDoc("c", "Carrowmere Station", "Carrowmere Station is the principal railway station of "
-                           "Carrowmere. Designed by the architect Ivo Castellane, it opened in 1864. The station has "
-                           "four platforms beneath an iron and glass roof.", 1.0)
-    kestrel = RetrievedDoc("k", "Kestrel", "The Kestrel was a locomotive built by the Brackwater Engine Works in 1860 "
-                           "for the Fenwold Valley Railway.", 0.5)
+    station, kestrel = _station_and_kestrel()
     maker, architect = "Who built the Kestrel?", "Who designed Carrowmere Station?"
     unsure = reader.read_sync(maker, [station, kestrel])
     reader.card = reader.card.model_copy(update={"prefer_supported_within": 0.5})
