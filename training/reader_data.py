@@ -266,17 +266,13 @@ def resolve_supporting_titles(rows: Sequence[dict], path: Path) -> list[dict]:
     """Hand-written questions name their gold passages by title; the passages come from the ``corpus.jsonl`` in
     the question file's folder (the layout of ``training/handwritten/<set>/``), so a title that is not there fails
     here, with its line, instead of training on a question without its passage."""
+    from graph_index.corpus import load_corpus
+
     corpus = path.parent / "corpus.jsonl"
     if not corpus.is_file():
         raise FileNotFoundError(f"{path}: its questions name passages by title, but {corpus} is missing")
-    pages = {}
-    for n, line in enumerate(corpus.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                page = json.loads(line)
-                pages[page["title"]] = {"title": page["title"], "text": page["text"]}
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ValueError(f"{corpus}:{n}: not a passage with a title and a text ({exc})") from None
+    passages, _ = load_corpus([corpus])  # the reading build-graph does: the same texts, located errors
+    pages = {p.title: {"title": p.title, "text": p.text} for p in passages}
     out = []
     for n, r in enumerate(rows, 1):
         missing = [t for t in r.get("supporting", []) if isinstance(t, str) and t not in pages]
@@ -295,6 +291,12 @@ def is_yes_no_row(row: dict) -> bool:
     return len(answers) == 1 and answers <= YES_NO_ANSWERS
 
 
+def pages_text(pages: Sequence[dict]) -> str:
+    """Several gold passages as one example's text after the first one's title: what a yes/no comparison needs to
+    see both values at once."""
+    return "\n".join([pages[0]["text"]] + [f"{p['title']}\n{p['text']}" for p in pages[1:]])
+
+
 def yes_no_rows_examples(rows: Sequence[dict], source: str) -> list[SpanExample]:
     """Questions answered yes or no, on all their gold passages in one context (a comparison needs both)."""
     out = []
@@ -302,9 +304,9 @@ def yes_no_rows_examples(rows: Sequence[dict], source: str) -> list[SpanExample]
         pages = r.get("supporting", [])
         if not is_yes_no_row(r) or not pages:
             continue
-        text = "\n".join([pages[0]["text"]] + [f"{p['title']}\n{p['text']}" for p in pages[1:]])
         yes = str(r["answers"][0]).strip().lower() == "yes"
-        out.append(SpanExample(r["question"], pages[0]["title"], text, yes_no=yes, source=f"{source}-yesno"))
+        out.append(SpanExample(r["question"], pages[0]["title"], pages_text(pages), yes_no=yes,
+                               source=f"{source}-yesno"))
     return out
 
 
@@ -344,9 +346,8 @@ def comparison_yes_no(rows: Sequence[dict], source: str) -> list[SpanExample]:
         verb, _ = split_relation(r.get("relation", ""))
         q = rng.choice([f"Was {a} {verb} before {b}?", f"Was {a} {verb} earlier than {b}?"] if _passive(verb) else
                        [f"Did {a} {verb} before {b}?", f"Did {a} {verb} earlier than {b}?"])
-        (p1, p2) = r["supporting"][:2]
-        out.append(SpanExample(q, p1["title"], f"{p1['text']}\n{p2['title']}\n{p2['text']}", yes_no=n % 2 == 0,
-                               source=f"{source}-yesno"))
+        pages = r["supporting"][:2]
+        out.append(SpanExample(q, pages[0]["title"], pages_text(pages), yes_no=n % 2 == 0, source=f"{source}-yesno"))
     return out
 
 

@@ -512,7 +512,7 @@ class ExtractiveReader:
             return best
         floor = spans[best][0] - margin
         rivals = sorted((i for i in range(len(spans)) if i != best and spans[i][0] >= floor), key=lambda i: -spans[i][0])
-        return next((i for i in rivals if spans[i][0] > float("-inf") and supported(i)), best)
+        return next((i for i in rivals if supported(i)), best)  # floor is finite: no rival is an empty window
 
     def _span_needs(self, question: str, asked: AnswerType | None, dimension: bool, enc: Any,
                     seq_ids: list[list[int | None]], in_body: list[list[int]], docs: Sequence[RetrievedDoc],
