@@ -560,6 +560,9 @@ def test_a_choice_question_is_answered_by_one_of_its_options() -> None:
     reader = ExtractiveReader(abstain_below=0.0)
     docs = [RetrievedDoc("r", "Varnholm Railway", "The Varnholm Railway opened in 1871 and runs to Sarnow.", 1.0),
             RetrievedDoc("l", "Osterby Light", "The Osterby Light was first lit in 1802, on the Osterby cliffs.", 0.9)]
+    compared = reader.read_sync("Which opened first, the Varnholm Railway or the Osterby Light?", docs)
+    assert (compared.answer, compared.kind) == ("Osterby Light", "compared")  # the shipped card compares values
+    reader.card = reader.card.model_copy(update={"compare_values": False})  # the option rules a card without it has
     read = reader.read_sync("Which opened first, the Varnholm Railway or the Osterby Light?", docs)
     assert (read.answer, read.kind) == ("Osterby Light", "dated_option")  # 1802 before 1871
     assert read.citation == Citation("l", "Osterby Light", "The Osterby Light was first lit in 1802, on the Osterby "

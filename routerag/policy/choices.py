@@ -15,6 +15,11 @@ from collections.abc import Sequence
 from ..retrieval.types import RetrievedDoc
 from .citations import Citation, split_sentences
 
+_AUXILIARIES = frozenset("is are was were am do does did can could has have had will would should shall may might "
+                         "must".split())
+_ASKED_AFTER_STATEMENT = re.compile(r"[.!?]\s+(%s)\b" % "|".join(w.capitalize() for w in sorted(_AUXILIARIES)))
+"""A capitalised auxiliary verb opening a sentence after another: the question asked after a statement."""
+
 _WHO_OR_WHAT = re.compile(r"^who or what\b", re.IGNORECASE)
 _OF_TWO = re.compile(r"^(?:of|between)\s+(.+?)\s+and\s+(.+?),\s*(?:which|who|what)\b", re.IGNORECASE)
 _ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
@@ -38,7 +43,7 @@ _NAME_JOINERS = frozenset("of the de del da di du von van der la le y & v. vs. f
 which joins two names more often than it is inside one ("... from Finland and Paul David Hewson or Bono ...")."""
 
 
-def _name_words(words: list[str]) -> int:
+def name_words(words: list[str]) -> int:
     """How many of ``words``, from the first, make a name: each opens with a capital or a digit (after an opening
     quote or bracket), or is a joiner between two such words; the run never ends on a joiner."""
     n = 0
@@ -56,8 +61,8 @@ def _named_without_comma(body: str, at: int) -> list[str] | None:
     the last ``or`` and the name that starts after it, each a run of capitalised words, after a "which"/"who"/"what"
     (a statement's "Trap or Die 3 is an album by ...?" is not a choice)."""
     before, after = body[:at].split(), body[at + 4:].replace("?", " ").split()
-    left = _name_words(before[::-1])
-    right = _name_words(after)
+    left = name_words(before[::-1])
+    right = name_words(after)
     if not left or not right:
         return None
     first = " ".join(before[len(before) - left:])
@@ -77,7 +82,21 @@ def _before_names_own_comma(body: str, cut: int) -> int:
         return cut
     mark = max(body.rfind(m, 0, cut) for m in ":;?")
     words = body[mark + 1:cut].split()
-    return mark if mark >= 0 and words and _name_words(words) == len(words) else cut
+    return mark if mark >= 0 and words and name_words(words) == len(words) else cut
+
+
+def is_yes_no(question: str) -> bool:
+    """A question a span cannot answer: it (or a later sentence of it, after a statement that sets it up: "X has an
+    OBE. Does Y also have one?", a HotpotQA form) opens with an auxiliary verb and offers no ``A or B`` choice."""
+    words = question.strip().split()
+    if words and words[0].lower() in _AUXILIARIES:
+        asked = question
+    else:
+        after_statement = _ASKED_AFTER_STATEMENT.search(question)
+        if after_statement is None:
+            return False
+        asked = question[after_statement.start(1):]
+    return " or " not in f" {asked.lower()} "
 
 
 def choice_options(question: str) -> list[str] | None:

@@ -19,6 +19,8 @@ earlier or later year decides; otherwise the option whose mention in the documen
 head scores highest. Its answer is a span of the question, which a free span rarely is: on 100 such questions of a
 2Wiki-derived training draw, free spans were right 10 times, the best-scored option 53, with the year rule 68
 (docs/research/2026-11-28-choice-questions.md).
+With the card's ``compare_values`` a comparison, yes/no or a choice, is first decided by each side's value
+(:mod:`.comparisons`).
 
 Weights: only what fine-tuning changed ships (the top ``MiniLM`` layers and both heads, fp16, in
 ``weights/minilm-reader``); the embeddings and lower layers are read from the installed MiniLM package, whose
@@ -47,20 +49,17 @@ from ..retrieval.types import RetrievedDoc
 from .answer_types import (NUMBER_TYPES, QUANTITY_TYPES, AnswerType, answer_type, asks_dimension, before_clause,
                            counted_numbers, leading_name, month_names, names_common_noun, number_phrase,
                            numbers_with_units, person_name, proper_words, states_number, whole_name)
-from .choices import choice_options, dated_choice, option_forms
+from .choices import choice_options, dated_choice, is_yes_no, option_forms
+from .comparisons import compare, parse_comparison
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
 from .nesting import is_nested
 from .support import answer_supported, documents_state_asked
 
-ReadKind = Literal["span", "yes_no", "option", "dated_option"]
+ReadKind = Literal["span", "yes_no", "option", "dated_option", "compared"]
 READER_WEIGHTS = "reader.safetensors"
 READER_CARD = "reader_card.json"
 SHIPPED_READER = "minilm-reader"
-_AUXILIARIES = frozenset("is are was were am do does did can could has have had will would should shall may might "
-                         "must".split())
-_ASKED_AFTER_STATEMENT = re.compile(r"[.!?]\s+(%s)\b" % "|".join(w.capitalize() for w in sorted(_AUXILIARIES)))
-"""A capitalised auxiliary verb opening a sentence after another: the question asked after a statement."""
 
 
 class ReaderCard(BaseModel):
@@ -116,6 +115,13 @@ class ReaderCard(BaseModel):
     reader answered "Who built the Kestrel?" with the architect of the station on the page before it (0.15), over
     "built by the Brackwater Engine Works" (0.10) on the Kestrel's own page. Abstention still reads the best span's
     score."""
+    compare_values: bool = False
+    """A comparison question, yes/no ("Was A founded before B?", "Were A and B born in the same town?") or a choice
+    ("Which is longer, A or B?"), is answered by comparing each side's year, number or place as its own page gives
+    it (:mod:`.comparisons`); the heads decide only when a side has no value. With it the loop's ``search_options``
+    also searches the side of a yes/no comparison whose value is missing. Why: the yes/no head guesses once over all
+    the windows and the span head's score of an option compares nothing: on Corvane's choice questions the reader
+    picked the wrong option 6 times in 8 (docs/research/2026-12-02-comparisons-by-the-values-of-each-side.md)."""
     members: int = Field(1, ge=1)
     """Trained weight sets whose logits the reader averages (``routerag merge-readers``): one run's answers move by up
     to 10 EM points on a set with its seed, and the mean of two seeds read better than either (docs/training.md)."""
@@ -133,25 +139,11 @@ class ReaderAnswer:
     kind: ReadKind = "span"
     """How it was read: a free ``span`` (the only kind that abstains, below ``abstain_below``), ``yes_no`` (score:
     the yes/no head's probability), ``option`` or ``dated_option`` (a choice question; score: the span head's
-    probability of the answer among the options)."""
+    probability of the answer among the options), ``compared`` (the sides' values decided it: ``compare_values``)."""
 
     @property
     def abstained(self) -> bool:
         return self.answer is None
-
-
-def is_yes_no(question: str) -> bool:
-    """A question a span cannot answer: it (or a later sentence of it, after a statement that sets it up: "X has an
-    OBE. Does Y also have one?", a HotpotQA form) opens with an auxiliary verb and offers no ``A or B`` choice."""
-    words = question.strip().split()
-    if words and words[0].lower() in _AUXILIARIES:
-        asked = question
-    else:
-        after_statement = _ASKED_AFTER_STATEMENT.search(question)
-        if after_statement is None:
-            return False
-        asked = question[after_statement.start(1):]
-    return " or " not in f" {asked.lower()} "
 
 
 def shipped_reader_path() -> Path:
@@ -433,6 +425,11 @@ class ExtractiveReader:
         self.tokenizer = AutoTokenizer.from_pretrained(base_model_path())
         self._lock = threading.Lock()
 
+    @property
+    def compare_values(self) -> bool:
+        """Its card's ``compare_values``: the loop then searches a comparison's sides the documents give no value."""
+        return self.card.compare_values
+
     async def read(self, question: str, docs: Sequence[RetrievedDoc]) -> ReaderAnswer:
         """The answer off the event loop (a forward pass over every window takes tens of milliseconds)."""
         return await asyncio.to_thread(self.read_sync, question, docs)
@@ -450,12 +447,16 @@ class ExtractiveReader:
     def _read(self, question: str, docs: Sequence[RetrievedDoc]) -> ReaderAnswer:
         import torch
 
+        yes_no = is_yes_no(question)
+        compared = self._compared(question, yes_no, docs) if self.card.compare_values else None
+        if compared is not None:
+            return compared
         contexts = [doc_context(d) for d in docs]
         enc = window_inputs(self.tokenizer, [question] * len(contexts), [c for c, _ in contexts], self.card)
         with torch.inference_mode():
             start, end, yes = self.model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
         owners = enc["overflow_to_sample_mapping"].tolist()
-        if is_yes_no(question):
+        if yes_no:
             return self._yes_no(yes, owners, docs)
         seq_ids = [enc.sequence_ids(w) for w in range(len(owners))]
         options = choice_options(question)
@@ -568,6 +569,14 @@ class ExtractiveReader:
             return ReaderAnswer(options[dated[0]], shares[dated[0]], dated[1], "dated_option")
         pick = max(best, key=lambda i: best[i][0])
         return ReaderAnswer(options[pick], shares[pick], best[pick][1], "option")
+
+    @staticmethod
+    def _compared(question: str, yes_no: bool, docs: Sequence[RetrievedDoc]) -> ReaderAnswer | None:
+        """``compare_values``: the answer the sides' values give, with the winning side's sentence; None when the
+        question compares nothing or a side has no value (the heads decide)."""
+        cmp = parse_comparison(question, yes_no)
+        decided = compare(cmp, docs) if cmp is not None else None
+        return ReaderAnswer(decided[0], 1.0, decided[1], "compared") if decided else None
 
     def _yes_no(self, yes_logits: Any, owners: list[int], docs: Sequence[RetrievedDoc]) -> ReaderAnswer:
         """Mean log-odds over the windows; the cited document is the one that leans hardest the chosen way."""

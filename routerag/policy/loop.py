@@ -44,7 +44,7 @@ from ..prompts import (BUDGET_NOTICE, BUDGET_NOTICE_TEXT, DEFAULT_INSTRUCTION, I
 from ..retrieval.types import QueryError, RetrievalResult, RetrievedDoc
 from ..vocabulary import Mode, ReaderPrompt, SegmentKind
 from .answering import Reader
-from .choices import undecided_options
+from .comparisons import undecided_sides
 from .decompose import decompose, names_bridge, names_bridge_entity
 from .grounding import QuerySource, ground, new_entity, rewrite_search
 from .nesting import is_nested
@@ -447,14 +447,16 @@ class PolicyLoop:
 
     async def _search_options(self, run: _Run) -> None:
         """``search_options``: search each option of a choice question the documents leave undecided (undated, or
-        unmentioned), in the mode of the first search (a forced mode stays forced), while the budget allows; not
+        unmentioned), or with a reader that compares values each side of a comparison (a yes/no one too) they give
+        no value for, in the mode of the first search (a forced mode stays forced), while the budget allows; not
         when the policy answered without searching."""
         used = [s.mode for s in run.traj.steps if s.action == "search"]
         if not run.cfg.search_options or not used:
             return
         docs = [d for r in run.traj.retrieved for d in r.docs]
         searched = {s.query for s in run.traj.steps if s.action == "search"}
-        for option in undecided_options(run.traj.question, docs):
+        compare_values = bool(getattr(run.cfg.reader.extractive, "compare_values", False))  # the reader's card says
+        for option in undecided_sides(run.traj.question, docs, compare_values):
             if run.traj.searches >= run.cfg.budget:
                 return
             if option in searched:  # searched already, in the same mode: the same documents again
