@@ -25,7 +25,7 @@ _WH_WORD = re.compile(r"\b(who|whom|whose|what|which|where|when|why|how)\b", re.
 _QUANTITY_AFTER_HOW = frozenset("many much tall long old high big far large wide deep heavy".split())
 _DATE_AFTER_WHAT = frozenset("year years decade century date".split())
 _MONTH_WORDS = frozenset({"month"})
-_MONTH = re.compile(r"\b(?:January|February|March|April|May|June|July|August|September|October|November|December)\b")
+MONTH = re.compile(r"\b(?:January|February|March|April|May|June|July|August|September|October|November|December)\b")
 _NAME_THE = re.compile(r"^\W*(?:please\s*,?\s*)?name\s+(?:the\s+|a\s+|an\s+)?(?P<nouns>[\w-]+(?:\s+[\w-]+)?)",
                        re.IGNORECASE)
 """An imperative naming what it asks for: "Name the architect ...", "Name the first director ..."."""
@@ -125,7 +125,7 @@ def is_person_noun(word: str) -> bool:
 
 def month_names(text: str) -> list[tuple[int, int]]:
     """Where ``text`` names a month ("in October"): the character ranges a month question's span must hold."""
-    return [(m.start(), m.end()) for m in _MONTH.finditer(text)]
+    return [(m.start(), m.end()) for m in MONTH.finditer(text)]
 
 
 def _asked_quantity(after_what: str) -> str | None:

@@ -22,7 +22,7 @@ _ASKED_AFTER_STATEMENT = re.compile(r"[.!?]\s+(%s)\b" % "|".join(w.capitalize() 
 
 _WHO_OR_WHAT = re.compile(r"^who or what\b", re.IGNORECASE)
 _OF_TWO = re.compile(r"^(?:of|between)\s+(.+?)\s+and\s+(.+?),\s*(?:which|who|what)\b", re.IGNORECASE)
-_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
+ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
 _ASKS_WHICH = re.compile(r"\b(?:which|who|whom|what)\b", re.IGNORECASE)
 """A choice asks which before it names the options; an ``or`` inside a statement ("..., cardboard or wood plates
 are coated ...") follows no such word."""
@@ -126,7 +126,7 @@ def choice_options(question: str) -> list[str] | None:
             options = [body[cut + 1:at], _CLAUSE_AFTER.split(body[at + 4:], 1)[0].rstrip(" ?")]
         else:
             options = _named_without_comma(body, at) or []
-    options = [_ARTICLE.sub("", o.strip(" ,")) for o in options]
+    options = [ARTICLE.sub("", o.strip(" ,")) for o in options]
     if not options or not all(options) or max(len(o.split()) for o in options) > _MAX_OPTION_WORDS:
         return None
     if all(o.isdigit() for o in options):  # "Between 2010 and 2014, which stadium ...?" asks for neither
@@ -136,7 +136,7 @@ def choice_options(question: str) -> list[str] | None:
     return options
 
 
-_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
+YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
 _EARLIER = re.compile(r"\b(first|earlier|earliest|before|older|oldest|sooner)\b", re.IGNORECASE)
 _LATER = re.compile(r"\b(later|latest|last|after|younger|youngest|newer|newest|more recent)\b", re.IGNORECASE)
 
@@ -157,7 +157,7 @@ def option_year(option: str, docs: Sequence[RetrievedDoc]) -> tuple[int, Citatio
     mentions = [(d, sentence) for d in docs for sentence in split_sentences(d.text)
                 if any(f in sentence.lower() for f in forms)]
     for doc, sentence in [(d, sentence) for d in own for sentence in split_sentences(d.text)] + mentions:
-        year = _YEAR.search(sentence)
+        year = YEAR.search(sentence)
         if year:
             return int(year.group(1)), Citation(doc.id, doc.title, sentence)
     return None

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..retrieval.types import RetrievedDoc
-from .choices import asks_earlier, choice_options, is_yes_no, name_words, option_forms, undecided_options
+from .answer_types import MONTH
+from .choices import ARTICLE, YEAR, asks_earlier, choice_options, is_yes_no, name_words, option_forms, undecided_options
 from .citations import Citation, split_sentences
 
 Measure = Literal["year", "number", "lifespan", "same"]
@@ -27,31 +28,30 @@ _MORE = {"more", "most", "greater", "greatest", "larger", "largest", "longer", "
          "higher", "highest", "bigger", "biggest", "wider", "widest", "deeper", "deepest", "heavier", "heaviest"}
 _LESS = {"fewer", "fewest", "less", "least", "smaller", "smallest", "shorter", "shortest", "lower", "lowest",
          "narrower", "narrowest", "lighter", "lightest"}
+_COMPARATIVES = _MORE | _LESS
 _DIMENSION_WORDS = {"long": ("length", "long"), "tall": ("height", "tall", "high"), "high": ("height", "high", "tall"),
                     "wide": ("width", "wide"), "deep": ("depth", "deep"), "heavi": ("weight", "weigh")}
 """A comparative's own words, for finding the sentence that states the measure ("longer" → "length")."""
 _LIFESPAN = re.compile(r"\blived longer\b|\blonger life\b|\blived to be older\b", re.IGNORECASE)
 _OUTLIVE = re.compile(r"\boutliv(?:e|ed|es)\b|\bsurvived\b", re.IGNORECASE)
 _SAME = re.compile(r"\bsame\b|\bshare[ds]?\b|\bboth\b", re.IGNORECASE)
-_ARTICLE = re.compile(r"^(?:the|a|an)\s+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*|\d[\d,]*(?:\.\d+)?")
-_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
 _NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?![\w])")
-_PLACE = re.compile(r"\b(?:in|at|on|near)\s+(?:the\s+)?(?:[a-z-]+\s+){0,3}?(?:of\s+)?([A-Z][\w'-]+(?:\s+[A-Z][\w'-]+)*)")
+_PLACE = re.compile(r"\b(?:in|at|on|near)\s+(?:the\s+)?(?:[a-z-]+\s+){0,3}?(?:of\s+)?"
+                    r"([A-Z][\w'-]+(?:\s+[A-Z][\w'-]+)*)")
 _LIFE = re.compile(r"\((?:born\s+|b\.\s*)?(1[0-9]{3}|20[0-9]{2})\s*[–—-]\s*(1[0-9]{3}|20[0-9]{2})\)")
 _RELATING = frozenset("of by at in on from for to with who which that whose".split())
 """Words that make a side a description of something else ("the founder of X", "the mill designed by Y")."""
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
-                                                 "thirteen fourteen fifteen sixteen seventeen eighteen nineteen "
-                                                 "twenty".split()) if i > 1} | {"thirty": "30", "forty": "40", "fifty": "50",
-                                                                      "sixty": "60", "hundred": "100"}
+_SMALL_NUMBERS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen " \
+                 "sixteen seventeen eighteen nineteen twenty".split()
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(_SMALL_NUMBERS) if i > 1} | {
+    "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "hundred": "100"}
+"""Number words a count may be written in, with their values; not "one" ("one of the ..."), nor "zero"."""
 _NUMBER_WORD = re.compile(r"\b(?:%s)\b" % "|".join(_NUMBER_WORDS), re.IGNORECASE)
-_MONTHS = {"January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December"}
 _STOP = set("a an the of in on at to for by with and or but from as is are was were be been did do does had has have "
             "which who whom what whose when where how than then that this these those it its his her their first "
             "earlier earliest before older oldest sooner later latest last after younger youngest newer newest recent "
-            "same share shared both two one tell me name could you whether".split()) | _MORE | _LESS
+            "same share shared both two one tell me name could you whether".split()) | _COMPARATIVES
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +138,8 @@ def parse_comparison(question: str, yes_no: bool) -> Comparison | None:
     about = {_stem(w) for w in _WORD.findall(question) if w.lower() not in _STOP and not w[0].isdigit()}
     for w in _WORD.findall(question.lower()):
         for base, extra in _DIMENSION_WORDS.items():
-            if w in _MORE | _LESS and w.startswith(base):
+            if w in _COMPARATIVES and w.startswith(base):
                 about |= {_stem(x) for x in extra}
-    if measured[0] == "same":
-        about |= {"born"} if "birthplace" in question.lower() else set()
     context = frozenset(_stem(w) for w in _WORD.findall(question))
     return Comparison((sides[0], sides[1]), measured[0], measured[1], yes_no, frozenset(about - side_words), context)
 
@@ -153,14 +151,15 @@ def _title_words(doc: RetrievedDoc) -> set[str]:
 def own_pages(side: str, docs: Sequence[RetrievedDoc], context: frozenset[str]) -> list[RetrievedDoc]:
     """A side's own pages: titled as it, else with all its words in the title ("Pell" for "Pell Haskard"), those
     sharing most words with the question first ("Which Cobb brother ..., Edric or Alwin?": Edric Cobb)."""
-    forms = [_ARTICLE.sub("", " ".join(f.lower().split())) for f in option_forms(side)]
-    exact = [d for d in docs if _ARTICLE.sub("", " ".join((d.title or "").lower().split())) in forms]
+    forms = [ARTICLE.sub("", " ".join(f.lower().split())) for f in option_forms(side)]
+    exact = [d for d in docs if ARTICLE.sub("", " ".join((d.title or "").lower().split())) in forms]
     if exact:
         return exact
     words = set(forms[0].split())
-    held = [d for d in docs if words and words <= _title_words(d)]
-    best = max((len({_stem(w) for w in _title_words(d)} & context) for d in held), default=0)
-    return [d for d in held if len({_stem(w) for w in _title_words(d)} & context) == best]
+    shared = {d.id: len({_stem(w) for w in _title_words(d)} & context)
+              for d in docs if words and words <= _title_words(d)}
+    best = max(shared.values(), default=0)
+    return [d for d in docs if d.id in shared and shared[d.id] == best]
 
 
 def side_sentences(side: str, docs: Sequence[RetrievedDoc],
@@ -201,7 +200,7 @@ def _masked(sentence: str, side: str, years: bool) -> str:
     "Merl 4" is not the Merl 4's wingspan, nor 1931 its length."""
     for form in sorted(option_forms(side), key=len, reverse=True):
         sentence = re.sub(re.escape(form), lambda m: " " * len(m.group()), sentence, flags=re.IGNORECASE)
-    return _YEAR.sub(lambda m: " " * len(m.group()), sentence) if years else sentence
+    return YEAR.sub(lambda m: " " * len(m.group()), sentence) if years else sentence
 
 
 def _value(sentences: list[tuple[RetrievedDoc, str]], about: frozenset[str], pattern: re.Pattern[str], side: str,
@@ -231,7 +230,7 @@ def _year(sentences: list[tuple[RetrievedDoc, str]], about: frozenset[str], side
     life = _life_years(sentences) if about & {"born", "die", "outli"} else None
     if life is not None:
         return (life[0] if "born" in about else life[1]), life[2]
-    return _value(sentences, about, _YEAR, side)
+    return _value(sentences, about, YEAR, side)
 
 
 def side_value(side: str, cmp: Comparison, docs: Sequence[RetrievedDoc],
@@ -246,7 +245,7 @@ def side_value(side: str, cmp: Comparison, docs: Sequence[RetrievedDoc],
         return float(died[0]) - float(born[0]), died[1], name
     if cmp.measure == "same":
         place = _value(sentences, cmp.about, _PLACE, side)
-        return (place[0], place[1], name) if place and place[0] not in _MONTHS else None
+        return (place[0], place[1], name) if place and not MONTH.fullmatch(place[0]) else None
     if cmp.measure == "year":
         year = _year(sentences, cmp.about, side)
         return (float(year[0]), year[1], name) if year else None
