@@ -21,6 +21,8 @@ head scores highest. Its answer is a span of the question, which a free span rar
 (docs/research/2026-11-28-choice-questions.md).
 With the card's ``compare_values`` a comparison, yes/no or a choice, is first decided by each side's value
 (:mod:`.comparisons`).
+With the card's ``subject_pages`` a question that names its subject and asks one fact of it is read only on the
+documents that name that subject (:mod:`.subjects`), not on a confusable's page.
 
 Weights: only what fine-tuning changed ships (the top ``MiniLM`` layers and both heads, fp16, in
 ``weights/minilm-reader``); the embeddings and lower layers are read from the installed MiniLM package, whose
@@ -54,6 +56,7 @@ from .comparisons import compare, parse_comparison
 from .citations import _SENTENCE as SENTENCE_BREAK
 from .citations import Citation, split_sentences
 from .nesting import is_nested
+from .subjects import subject_pages
 from .support import answer_supported, documents_state_asked
 
 ReadKind = Literal["span", "yes_no", "option", "dated_option", "compared"]
@@ -122,6 +125,11 @@ class ReaderCard(BaseModel):
     also searches the side of a yes/no comparison whose value is missing. Why: the yes/no head guesses once over all
     the windows and the span head's score of an option compares nothing: on Corvane's choice questions the reader
     picked the wrong option 6 times in 8 (docs/research/2026-12-02-comparisons-by-the-values-of-each-side.md)."""
+    subject_pages: bool = False
+    """A question that names its subject and asks one fact of it is read only on the documents that name it, when
+    any does (:mod:`.subjects`). Why: the span head reads the asked relation off a confusable's page ("Sable
+    Bridge" for "Old Sable Bridge"), a wrong answer where the named thing's page lacks the fact
+    (docs/research/2026-12-03-reading-the-pages-that-name-the-subject.md)."""
     members: int = Field(1, ge=1)
     """Trained weight sets whose logits the reader averages (``routerag merge-readers``): one run's answers move by up
     to 10 EM points on a set with its seed, and the mean of two seeds read better than either (docs/training.md)."""
@@ -451,6 +459,8 @@ class ExtractiveReader:
         compared = self._compared(question, yes_no, docs) if self.card.compare_values else None
         if compared is not None:
             return compared
+        if self.card.subject_pages and not yes_no:
+            docs = subject_pages(question, docs)
         contexts = [doc_context(d) for d in docs]
         enc = window_inputs(self.tokenizer, [question] * len(contexts), [c for c, _ in contexts], self.card)
         with torch.inference_mode():
