@@ -61,10 +61,14 @@ def test_the_reader_abstains_on_an_unsure_span_only_where_no_document_states_the
     reader = ExtractiveReader()
     joined = [RetrievedDoc("k", "Karin Vollan", "Karin Vollan joined the University of Hessel in 1853.", 1.0)]
     stating = joined + [RetrievedDoc("o", "Emil Vask", "Emil Vask was appointed rector in 1860.", 1.0)]
-    unsure = {"abstain_below": 1e-9, "abstain_unsupported_below": 0.0, "abstain_unstated_below": 1.0}
-    reader.card = reader.card.model_copy(update=unsure)  # every span counts as unsure
+    unsure = {"abstain_below": 1e-9, "abstain_unsupported_below": 0.0, "abstain_unstated_below": 1.0,
+              "subject_pages": False}  # every span counts as unsure; every page is read
+    reader.card = reader.card.model_copy(update=unsure)
     assert reader.read_sync(QUESTION, joined).abstained  # no document says who was appointed when
     assert reader.read_sync(QUESTION, stating).answer in {"1853", "1860"}
     assert reader.read_sync("Who is Karin Vollan?", joined).abstained  # names no relation: nothing can state it
+    reader.card = reader.card.model_copy(update={"subject_pages": True})  # another man's page is not read
+    assert reader.read_sync(QUESTION, stating).abstained
+    reader.card = reader.card.model_copy(update={"subject_pages": False})
     reader.card = reader.card.model_copy(update={"abstain_below": 0.0})  # abstaining off: this rule too
     assert reader.read_sync(QUESTION, joined).answer == "1853"
