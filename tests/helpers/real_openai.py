@@ -43,8 +43,12 @@ class RealServer:
     process: subprocess.Popen
 
     def requests_seen(self) -> int:
-        """Generation requests the server has received so far (it logs one line per request)."""
-        return self.log.read_text(errors="replace").count("[Request received]")
+        """Generation requests the server has received so far: one "[Request received]" line each in the
+        transformers releases that log it, one uvicorn access line ("POST /v1/... 200 OK", a served one) each
+        in those that do not (5.25 logs only the latter)."""
+        log = self.log.read_text(errors="replace")
+        served = sum(1 for line in log.splitlines() if '"POST /v1/' in line and line.rstrip().endswith("200 OK"))
+        return max(log.count("[Request received]"), served)
 
     def log_tail(self, lines: int = 15) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
