@@ -278,7 +278,7 @@ def proper_words(text: str) -> list[tuple[int, int]]:
     return [(m.start(), m.end()) for m in _CAPITALISED.finditer(text) if _joins(m.group(0))]
 
 
-_LEAD_NAME_JOINS = frozenset({"of", "and", "&", "de", "von", "van", "der", "du", "la", "le"})
+NAME_JOINS = frozenset({"of", "and", "&", "de", "von", "van", "der", "du", "la", "le"})
 
 
 def leading_name(span: str) -> str:
@@ -294,7 +294,7 @@ def leading_name(span: str) -> str:
     keep = 1
     while keep < len(words):
         word = words[keep]
-        joins = word.lower() in _LEAD_NAME_JOINS and keep + 1 < len(words) and words[keep + 1][:1].isupper()
+        joins = word.lower() in NAME_JOINS and keep + 1 < len(words) and words[keep + 1][:1].isupper()
         if not (word[:1].isupper() or word[:1].isdigit() or joins):
             break
         keep += 2 if joins else 1

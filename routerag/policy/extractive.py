@@ -459,7 +459,7 @@ class ExtractiveReader:
         compared = self._compared(question, yes_no, docs) if self.card.compare_values else None
         if compared is not None:
             return compared
-        if self.card.subject_pages and not yes_no:
+        if self.card.subject_pages:  # leaves yes/no questions' documents as they are
             docs = subject_pages(question, docs)
         contexts = [doc_context(d) for d in docs]
         enc = window_inputs(self.tokenizer, [question] * len(contexts), [c for c, _ in contexts], self.card)

@@ -19,13 +19,10 @@ from collections.abc import Sequence
 
 from ..metrics import normalize_answer
 from ..retrieval.types import RetrievedDoc
+from .answer_types import NAME_JOINS
 from .choices import choice_options, is_yes_no
 from .decompose import decompose
 from .nesting import is_nested
-
-_JOINS = frozenset({"of", "and", "&", "de", "von", "van", "der", "du", "la", "le"})
-"""Lowercase words inside a name, between two of its proper nouns ("Guild of Lampmakers")."""
-
 
 def _is_name_part(token: object, running: bool) -> bool:
     """A capitalised proper noun, or inside a name a short all-capitals word ("Kestrel II")."""
@@ -48,7 +45,7 @@ def subject_names(question: str) -> tuple[str, ...]:
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         if _is_name_part(token, bool(run)):
             run.append(token.text)
-        elif run and token.lower_ in _JOINS and nxt is not None and _is_name_part(nxt, False):
+        elif run and token.lower_ in NAME_JOINS and nxt is not None and _is_name_part(nxt, False):
             run.append(token.text)
         elif run:
             runs.append(" ".join(run))
@@ -66,10 +63,12 @@ def asks_of_a_named_subject(question: str) -> bool:
     return not is_nested(question) and decompose(question) is None
 
 
-def _names(name: str, doc: RetrievedDoc) -> bool:
-    """Whether the page's title or text holds the whole name (SQuAD-normalised, whole tokens)."""
-    page = normalize_answer(f"{doc.title or ''} {doc.text}")
-    return f" {normalize_answer(name)} " in f" {page} "
+def _names_any(names: Sequence[str], doc: RetrievedDoc) -> bool:
+    """Whether the page's title or text holds one of the whole names (SQuAD-normalised, whole tokens); the page is
+    normalised once."""
+    text = normalize_answer(f"{doc.title or ''} {doc.text}")
+    page = f" {text} "
+    return any(f" {normalize_answer(n)} " in page for n in names)
 
 
 def subject_pages(question: str, docs: Sequence[RetrievedDoc]) -> Sequence[RetrievedDoc]:
@@ -78,5 +77,5 @@ def subject_pages(question: str, docs: Sequence[RetrievedDoc]) -> Sequence[Retri
     if not asks_of_a_named_subject(question):
         return docs
     names = subject_names(question)
-    naming = [d for d in docs if any(_names(n, d) for n in names)]
+    naming = [d for d in docs if _names_any(names, d)]
     return naming or docs
